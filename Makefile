@@ -1,0 +1,37 @@
+.DEFAULT_GOAL := help
+PYTHON ?= python3
+
+.PHONY: help
+help: ## Show this help
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+.PHONY: dev
+dev: ## Build the extension (dev profile) and install it into the current Python
+	rm -rf target/wheels-dev
+	maturin build -o target/wheels-dev
+	$(PYTHON) -m pip install --force-reinstall --no-deps target/wheels-dev/*.whl
+
+.PHONY: install
+install: ## Build a release wheel and install ferrule with its test dependencies
+	$(PYTHON) -m pip install '.[test]'
+
+.PHONY: test
+test: ## Run the Python test suite against the installed ferrule
+	$(PYTHON) -m pytest tests
+
+.PHONY: test-rust
+test-rust: ## Run the Rust unit tests
+	cargo test --workspace
+
+.PHONY: lint
+lint: ## cargo fmt --check, clippy -D warnings, ruff
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	ruff check python tests benches
+	ruff format --check python tests benches
+
+.PHONY: format
+format: ## Format Rust and Python sources
+	cargo fmt --all
+	ruff format python tests benches
+	ruff check --fix python tests benches

@@ -1,0 +1,8 @@
+//! The extension module `ferrule._ferrule`: registers the core's classes, nothing more.
+use pyo3::prelude::*;
+
+#[pymodule(gil_used = true)]
+fn _ferrule(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    ferrule::bridge::register(module)
+}

@@ -1,0 +1,179 @@
+//! The asyncio objects the bridge calls on every drive, looked up once per bridge, and the
+//! per-coroutine task (`DriverTask`) built the way each interpreter family needs.
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyModule};
+
+/// The Python half of the task: a `Task` subclass whose cancellation goes to the bridge's job,
+/// and the instantly finishing coroutine it is built over. Compiled once per process.
+const DRIVER_TASK_SOURCE: &std::ffi::CStr = cr#"
+import asyncio
+
+
+class DriverTask(asyncio.Task):
+    """asyncio's view of a coroutine that ferrule's bridge drives: the current task while it runs.
+
+    The bridge steps the coroutine itself, so cancelling goes to the bridge's job, which cancels
+    what the coroutine waits on, as Task.cancel cancels its _fut_waiter.
+    """
+
+    __slots__ = ("_ferrule_job",)
+
+    def cancel(self, msg=None):
+        job = self._ferrule_job
+        return False if job is None else job.cancel(msg)
+
+    def cancelling(self):
+        job = self._ferrule_job
+        return 0 if job is None else job.cancelling()
+
+    def uncancel(self):
+        job = self._ferrule_job
+        return 0 if job is None else job.uncancel()
+
+
+async def sentinel():
+    """The coroutine each DriverTask is built over: it finishes at once."""
+"#;
+
+static DRIVER_TASK_MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+/// How this interpreter lets a per-coroutine task exist without a `__step` in the loop's queue.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TaskPath {
+    /// 3.11: build the task, then pop its `__step` handle off `loop._ready` (I7).
+    PopSentinelStep,
+    /// 3.12 and 3.13: `eager_start=True` runs the sentinel to completion inside `__init__`.
+    EagerStart,
+    /// 3.14+: as 3.12, and each thread must first make the loop its running loop (I11).
+    EagerStartPerThread,
+}
+
+impl TaskPath {
+    pub fn for_interpreter(py: Python<'_>) -> Self {
+        let version = py.version_info();
+        if version >= (3, 14) {
+            TaskPath::EagerStartPerThread
+        } else if version >= (3, 12) {
+            TaskPath::EagerStart
+        } else {
+            TaskPath::PopSentinelStep
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskPath::PopSentinelStep => "pop-sentinel-step",
+            TaskPath::EagerStart => "eager-start",
+            TaskPath::EagerStartPerThread => "eager-start-per-thread",
+        }
+    }
+}
+
+pub struct AsyncioApi {
+    pub task_path: TaskPath,
+    pub enter_task: Py<PyAny>,
+    pub leave_task: Py<PyAny>,
+    pub set_running_loop: Py<PyAny>,
+    pub future_set_result: Py<PyAny>,
+    pub cancelled_error: Py<PyAny>,
+    pub invalid_state_error: Py<PyAny>,
+    pub driver_task: Py<PyAny>,
+    pub sentinel: Py<PyAny>,
+    pub call_soon: Py<PyAny>,
+    pub call_soon_threadsafe: Py<PyAny>,
+    task_kwargs: Py<PyDict>,
+}
+
+impl AsyncioApi {
+    pub fn new(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let asyncio = py.import("asyncio")?;
+        let tasks = asyncio.getattr("tasks")?;
+        let module = DRIVER_TASK_MODULE.get_or_try_init(py, || {
+            PyModule::from_code(
+                py,
+                DRIVER_TASK_SOURCE,
+                c"<ferrule-driver-task>",
+                c"ferrule._driver_task",
+            )
+            .map(Bound::unbind)
+        })?;
+        let module = module.bind(py);
+        let task_path = TaskPath::for_interpreter(py);
+        let task_kwargs = PyDict::new(py);
+        task_kwargs.set_item("loop", event_loop)?;
+        if task_path != TaskPath::PopSentinelStep {
+            task_kwargs.set_item("eager_start", true)?;
+        }
+        Ok(Self {
+            task_path,
+            enter_task: tasks.getattr("_enter_task")?.unbind(),
+            leave_task: tasks.getattr("_leave_task")?.unbind(),
+            set_running_loop: asyncio
+                .getattr("events")?
+                .getattr("_set_running_loop")?
+                .unbind(),
+            future_set_result: asyncio.getattr("Future")?.getattr("set_result")?.unbind(),
+            cancelled_error: asyncio.getattr("CancelledError")?.unbind(),
+            invalid_state_error: asyncio.getattr("InvalidStateError")?.unbind(),
+            driver_task: module.getattr("DriverTask")?.unbind(),
+            sentinel: module.getattr("sentinel")?.unbind(),
+            call_soon: event_loop.getattr("call_soon")?.unbind(),
+            call_soon_threadsafe: event_loop.getattr("call_soon_threadsafe")?.unbind(),
+            task_kwargs: task_kwargs.unbind(),
+        })
+    }
+
+    /// A new `DriverTask` that is the current-task identity of one driven coroutine, and
+    /// whether its sentinel will never run (3.11 with `_ready`: the bridge must finish the task).
+    ///
+    /// `ready` is `loop._ready` when the loop has one (not on uvloop, I6). Call this with the
+    /// right to drive held: eager start and `__step` both touch the current-task table.
+    pub fn new_driver_task<'py>(
+        &self,
+        py: Python<'py>,
+        ready: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<(Bound<'py, PyAny>, bool)> {
+        let sentinel = self.sentinel.bind(py).call0()?;
+        let kwargs = self.task_kwargs.bind(py);
+        if self.task_path != TaskPath::PopSentinelStep {
+            return Ok((
+                self.driver_task.bind(py).call((sentinel,), Some(kwargs))?,
+                false,
+            ));
+        }
+        let queued_before = match ready {
+            Some(ready) => ready.len()?,
+            None => 0,
+        };
+        let task = self.driver_task.bind(py).call((&sentinel,), Some(kwargs))?;
+        let mut popped = false;
+        if let Some(ready) = ready {
+            if ready.len()? > queued_before {
+                popped = true;
+                // pop(), not cancel(): a cancelled handle still sits in _ready and still makes
+                // _run_once enter a task later. The sentinel never runs, so close it (no "never
+                // awaited" warning) and tell the task not to log itself as destroyed pending.
+                ready.call_method0(intern!(py, "pop"))?;
+                sentinel.call_method0(intern!(py, "close"))?;
+                task.setattr(intern!(py, "_log_destroy_pending"), false)?;
+            }
+        }
+        Ok((task, popped))
+    }
+
+    pub fn cancelled_error<'py>(
+        &self,
+        py: Python<'py>,
+        msg: Option<&Py<PyAny>>,
+    ) -> Bound<'py, PyAny> {
+        let cls = self.cancelled_error.bind(py);
+        let made = match msg {
+            Some(msg) => cls.call1((msg,)),
+            None => cls.call0(),
+        };
+        made.unwrap_or_else(|err| err.into_value(py).into_bound(py).into_any())
+    }
+}

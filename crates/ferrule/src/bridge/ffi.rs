@@ -1,0 +1,120 @@
+//! The one module with `unsafe`: the few CPython calls PyO3's safe API does not offer
+//! (`PyIter_Send`, entering and leaving a `contextvars.Context`) and the eventfd syscalls.
+//! Every block says why it is sound; everything else in the crate is safe Rust.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyAny;
+
+/// What one `send` into a coroutine produced (an exception comes back as `Err`).
+pub enum Sent<'py> {
+    Yielded(Bound<'py, PyAny>),
+    Returned(Bound<'py, PyAny>),
+}
+
+/// `coro.send(value)` without the `StopIteration` round trip: `PyIter_Send` reports a return
+/// value directly, which is what makes a completed handler cost one call.
+pub fn iter_send<'py>(coro: &Bound<'py, PyAny>, value: &Bound<'py, PyAny>) -> PyResult<Sent<'py>> {
+    let py = coro.py();
+    let mut out: *mut ffi::PyObject = std::ptr::null_mut();
+    // SAFETY: the GIL is held (we have `py`); `coro` and `value` are live references kept alive by
+    // their `Bound`s for the whole call; `out` is a valid place for PyIter_Send to write into.
+    let result = unsafe { ffi::PyIter_Send(coro.as_ptr(), value.as_ptr(), &mut out) };
+    match result {
+        // SAFETY: on RETURN and NEXT, PyIter_Send stores a new (owned, non-null) reference in `out`.
+        ffi::PySendResult::PYGEN_RETURN => {
+            Ok(Sent::Returned(unsafe { Bound::from_owned_ptr(py, out) }))
+        }
+        // SAFETY: as above.
+        ffi::PySendResult::PYGEN_NEXT => {
+            Ok(Sent::Yielded(unsafe { Bound::from_owned_ptr(py, out) }))
+        }
+        ffi::PySendResult::PYGEN_ERROR => Err(PyErr::fetch(py)),
+    }
+}
+
+/// A copy of the calling thread's current `contextvars` context, as `create_task` makes one.
+pub fn copy_current_context(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    // SAFETY: the GIL is held; PyContext_CopyCurrent returns a new reference or NULL with an
+    // exception set, which `from_owned_ptr_or_err` turns into `Err`.
+    unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_CopyCurrent()) }
+}
+
+/// Makes `ctx` the calling thread's current context until `exit_context`, as `Context.run` does.
+pub fn enter_context(ctx: &Bound<'_, PyAny>) -> PyResult<()> {
+    // SAFETY: the GIL is held (the `Bound` proves it) and `ctx` is live. PyContext_Enter checks the
+    // object's type itself and raises TypeError for a non-Context; it returns -1 with an exception
+    // set on any error.
+    if unsafe { ffi::PyContext_Enter(ctx.as_ptr()) } < 0 {
+        return Err(PyErr::fetch(ctx.py()));
+    }
+    Ok(())
+}
+
+/// Leaves `ctx`, which must be the context `enter_context` entered last on this thread.
+pub fn exit_context(ctx: &Bound<'_, PyAny>) -> PyResult<()> {
+    // SAFETY: as for `enter_context`; PyContext_Exit raises RuntimeError if `ctx` is not the
+    // thread's current context instead of corrupting anything.
+    if unsafe { ffi::PyContext_Exit(ctx.as_ptr()) } < 0 {
+        return Err(PyErr::fetch(ctx.py()));
+    }
+    Ok(())
+}
+
+/// A non-blocking eventfd: a counter the kernel makes readable once anything is written to it.
+pub fn new_eventfd() -> std::io::Result<OwnedFd> {
+    // SAFETY: eventfd takes no pointers; a negative return is an error reported through errno.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds one to the eventfd's counter, making it readable. Needs no GIL.
+pub fn eventfd_signal(fd: &OwnedFd) {
+    let one: u64 = 1;
+    // SAFETY: writes exactly the 8 bytes of `one`, which lives for the call, to a descriptor we own.
+    // The only failure for an eventfd is EAGAIN when the counter would overflow, and then it is
+    // readable already, which is all a signal has to achieve.
+    unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+}
+
+/// Resets the eventfd's counter to zero so it stops being readable.
+pub fn eventfd_clear(fd: &OwnedFd) {
+    let mut value: u64 = 0;
+    // SAFETY: reads at most 8 bytes into `value`, which is 8 bytes and lives for the call. On a
+    // non-blocking eventfd whose counter is already zero this fails with EAGAIN, which is fine.
+    unsafe { libc::read(fd.as_raw_fd(), (&mut value as *mut u64).cast(), 8) };
+}
+
+/// Gives the calling (tokio worker) thread a Python thread state that outlives each
+/// `Python::attach`, so per-thread interpreter state (the running loop, I11) persists and each
+/// attach does not create and destroy a thread state. Used as tokio's `on_thread_start`.
+pub fn keep_thread_state() {
+    // SAFETY: PyGILState_Ensure may be called on any thread once the interpreter is initialised
+    // (the runtime is only built from Python code, so it is). It creates this thread's state and
+    // takes the GIL; PyEval_SaveThread then releases the GIL while keeping the state, leaving
+    // PyGILState's per-thread count at one, so later Ensure/Release pairs (PyO3's attach) reuse
+    // the state instead of deleting it. The state is reclaimed when the interpreter finalises.
+    unsafe {
+        ffi::PyGILState_Ensure();
+        ffi::PyEval_SaveThread();
+    }
+}
+
+/// Whether `fd` is readable right now (a zero-timeout `poll`), for tests.
+#[cfg(test)]
+pub fn is_readable(fd: i32) -> bool {
+    let mut pollfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `pollfd` is a valid, live array of one element for the call; a zero timeout never
+    // blocks; an invalid `fd` is reported in `revents`, not undefined behaviour.
+    unsafe { libc::poll(&mut pollfd, 1, 0) == 1 }
+}

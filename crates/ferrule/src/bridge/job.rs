@@ -1,0 +1,274 @@
+//! `Job`: one coroutine handed to the bridge, with everything needed to drive it from any thread:
+//! its copied context, its task identity, what it waits on, and where its result goes.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use pyo3::intern;
+use pyo3::prelude::*;
+
+use super::native::NativeFuture;
+use super::{ffi, Shared};
+
+/// What to put into the coroutine at its next step.
+pub enum Resume {
+    Send(Py<PyAny>),
+    Throw(Py<PyAny>),
+}
+
+/// A Rust continuation that receives a finished coroutine's result, with the GIL held.
+pub type ResultCallback = Box<dyn FnOnce(Python<'_>, PyResult<Py<PyAny>>) + Send>;
+
+/// Where a finished coroutine's result goes.
+pub enum Completion {
+    /// An asyncio future of the bridge's loop (the Python API's `spawn`).
+    Future(Py<PyAny>),
+    /// A Rust continuation (the HTTP server's request handling).
+    Callback(ResultCallback),
+}
+
+/// What a suspended coroutine waits on, so cancelling it can cancel that.
+pub enum Waiting {
+    Nothing,
+    Future(Py<PyAny>),
+    Native(Py<NativeFuture>),
+}
+
+struct JobState {
+    waiting: Waiting,
+    /// `Some(msg)`: throw `CancelledError(msg)` in at the next step (asyncio's `_must_cancel`).
+    must_cancel: Option<Option<Py<PyAny>>>,
+    cancels: u32,
+    completion: Option<Completion>,
+    finished: bool,
+}
+
+#[pyclass(frozen, module = "ferrule._ferrule")]
+pub struct Job {
+    pub(crate) id: u64,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) coro: Py<PyAny>,
+    pub(crate) context: Py<PyAny>,
+    /// The `DriverTask`, and whether the bridge must mark it done at the end (its sentinel
+    /// step was popped, so nothing else will).
+    task: OnceLock<(Py<PyAny>, bool)>,
+    pub(crate) drives: AtomicU32,
+    state: Mutex<JobState>,
+}
+
+impl Job {
+    /// A job for `awaitable` with a copy of the calling thread's context, as `create_task` does.
+    pub fn new(
+        py: Python<'_>,
+        shared: &Arc<Shared>,
+        awaitable: &Bound<'_, PyAny>,
+        completion: Completion,
+    ) -> PyResult<Self> {
+        let coro = if awaitable.hasattr(intern!(py, "send"))? {
+            awaitable.clone()
+        } else {
+            awaitable.call_method0(intern!(py, "__await__"))?
+        };
+        Ok(Self {
+            id: shared.next_job_id(),
+            shared: shared.clone(),
+            coro: coro.unbind(),
+            context: ffi::copy_current_context(py)?.unbind(),
+            task: OnceLock::new(),
+            drives: AtomicU32::new(0),
+            state: Mutex::new(JobState {
+                waiting: Waiting::Nothing,
+                must_cancel: None,
+                cancels: 0,
+                completion: Some(completion),
+                finished: false,
+            }),
+        })
+    }
+
+    /// The job's `DriverTask`, made on first use. Call with the right to drive held.
+    pub fn task<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        if let Some((task, _)) = this.task.get() {
+            return Ok(task.bind(py).clone());
+        }
+        let shared = &this.shared;
+        let ready = shared.ready.as_ref().map(|r| r.bind(py));
+        let (task, must_finish) = shared.api.new_driver_task(py, ready)?;
+        task.setattr(intern!(py, "_ferrule_job"), slf)?;
+        let _ = this.task.set((task.clone().unbind(), must_finish));
+        Ok(task)
+    }
+
+    pub fn set_waiting(&self, waiting: Waiting) {
+        self.state.lock().unwrap().waiting = waiting;
+    }
+
+    pub fn clear_waiting(&self) {
+        self.state.lock().unwrap().waiting = Waiting::Nothing;
+    }
+
+    /// The pending cancellation, if any, as the exception to throw in now.
+    pub fn take_must_cancel(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        let msg = self.state.lock().unwrap().must_cancel.take()?;
+        Some(self.shared.api.cancelled_error(py, msg.as_ref()).unbind())
+    }
+
+    /// Called right after the coroutine suspended on `waiting`: a cancellation requested during
+    /// the step that just ran cancels what it now waits on, as `Task.__step` does.
+    pub fn cancel_new_wait(&self, py: Python<'_>) -> PyResult<()> {
+        let (msg, waiting) = {
+            let state = self.state.lock().unwrap();
+            let Some(msg) = &state.must_cancel else {
+                return Ok(());
+            };
+            let msg = msg.as_ref().map(|m| m.clone_ref(py));
+            let waiting = match &state.waiting {
+                Waiting::Nothing => return Ok(()),
+                Waiting::Future(f) => Waiting::Future(f.clone_ref(py)),
+                Waiting::Native(n) => Waiting::Native(n.clone_ref(py)),
+            };
+            (msg, waiting)
+        };
+        if cancel_waiting(py, &waiting, msg)? {
+            self.state.lock().unwrap().must_cancel = None;
+        }
+        Ok(())
+    }
+
+    /// Marks the job finished and hands its result to its completion. Idempotent.
+    pub fn finish(slf: &Bound<'_, Self>, result: PyResult<Py<PyAny>>) {
+        let py = slf.py();
+        let this = slf.get();
+        let completion = {
+            let mut state = this.state.lock().unwrap();
+            if state.finished {
+                return;
+            }
+            state.finished = true;
+            state.waiting = Waiting::Nothing;
+            state.completion.take()
+        };
+        let shared = &this.shared;
+        shared.forget_job(this.id);
+        if let Some((task, must_finish)) = this.task.get() {
+            let task = task.bind(py);
+            // Break the task -> job reference cycle, and on 3.11 (where the sentinel never ran)
+            // mark the task done so nothing waits on it forever.
+            let _ = task.setattr(intern!(py, "_ferrule_job"), py.None());
+            if *must_finish {
+                let _ = shared
+                    .api
+                    .future_set_result
+                    .bind(py)
+                    .call1((task, py.None()));
+            }
+        }
+        match completion {
+            Some(Completion::Future(future)) => {
+                if let Err(err) = deliver_to_future(py, future.bind(py), result, shared) {
+                    err.write_unraisable(py, Some(future.bind(py)));
+                }
+            }
+            Some(Completion::Callback(callback)) => callback(py, result),
+            None => {}
+        }
+    }
+}
+
+#[pymethods]
+impl Job {
+    /// `Task.cancel` for the job's `DriverTask`.
+    #[pyo3(signature = (msg=None))]
+    fn cancel(&self, py: Python<'_>, msg: Option<Py<PyAny>>) -> PyResult<bool> {
+        let waiting = {
+            let mut state = self.state.lock().unwrap();
+            if state.finished {
+                return Ok(false);
+            }
+            state.cancels += 1;
+            match &state.waiting {
+                Waiting::Nothing => {
+                    state.must_cancel = Some(msg);
+                    return Ok(true);
+                }
+                Waiting::Future(f) => Waiting::Future(f.clone_ref(py)),
+                Waiting::Native(n) => Waiting::Native(n.clone_ref(py)),
+            }
+        };
+        let msg_again = msg.as_ref().map(|m| m.clone_ref(py));
+        if !cancel_waiting(py, &waiting, msg)? {
+            self.state.lock().unwrap().must_cancel = Some(msg_again);
+        }
+        Ok(true)
+    }
+
+    fn cancelling(&self) -> u32 {
+        self.state.lock().unwrap().cancels
+    }
+
+    fn uncancel(&self) -> u32 {
+        let mut state = self.state.lock().unwrap();
+        state.cancels = state.cancels.saturating_sub(1);
+        state.cancels
+    }
+
+    #[getter]
+    fn finished(&self) -> bool {
+        self.state.lock().unwrap().finished
+    }
+}
+
+/// Cancels what a job waits on; its done callback or waiter entry then resumes the job with
+/// `CancelledError`. Returns whether the cancellation took.
+fn cancel_waiting(py: Python<'_>, waiting: &Waiting, msg: Option<Py<PyAny>>) -> PyResult<bool> {
+    match waiting {
+        Waiting::Nothing => Ok(false),
+        Waiting::Future(future) => {
+            let kwargs = pyo3::types::PyDict::new(py);
+            kwargs.set_item("msg", msg)?;
+            future
+                .bind(py)
+                .call_method(intern!(py, "cancel"), (), Some(&kwargs))?
+                .is_truthy()
+        }
+        Waiting::Native(native) => NativeFuture::cancel_with(native.bind(py), msg),
+    }
+}
+
+fn deliver_to_future(
+    py: Python<'_>,
+    future: &Bound<'_, PyAny>,
+    result: PyResult<Py<PyAny>>,
+    shared: &Shared,
+) -> PyResult<()> {
+    if future.call_method0(intern!(py, "done"))?.is_truthy()? {
+        return Ok(()); // the caller cancelled it; nobody wants the result
+    }
+    match result {
+        Ok(value) => future.call_method1(intern!(py, "set_result"), (value,))?,
+        Err(error) if error.is_instance(py, shared.api.cancelled_error.bind(py)) => {
+            future.call_method0(intern!(py, "cancel"))?
+        }
+        Err(error) => future.call_method1(intern!(py, "set_exception"), (error.into_value(py),))?,
+    };
+    Ok(())
+}
+
+impl Job {
+    pub fn drive_count(&self) -> u32 {
+        self.drives.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+impl Job {
+    /// The task's repr for error messages.
+    pub fn task_repr(&self, py: Python<'_>) -> String {
+        self.task
+            .get()
+            .and_then(|(task, _)| task.bind(py).repr().ok())
+            .map(|repr| repr.to_string())
+            .unwrap_or_else(|| "<ferrule task>".to_owned())
+    }
+}

@@ -1,0 +1,6 @@
+"""ferrule: an ASGI server whose Rust core drives Python coroutines itself."""
+
+from ferrule._bridge import drive, new_event_loop
+from ferrule._ferrule import COUNTERS, Bridge, NativeFuture, __version__
+
+__all__ = ["COUNTERS", "Bridge", "NativeFuture", "__version__", "drive", "new_event_loop"]

@@ -1,0 +1,55 @@
+"""Running a coroutine on the bridge from plain Python: loop choice and a one-call helper."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Literal, TypeVar
+
+from ferrule._ferrule import Bridge
+
+T = TypeVar("T")
+LoopName = Literal["auto", "asyncio", "uvloop"]
+
+
+def new_event_loop(loop: LoopName = "auto") -> asyncio.AbstractEventLoop:
+    """A new event loop: uvloop when asked (or, for ``auto``, when installed), else asyncio's."""
+    if loop in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if loop == "uvloop":
+                raise
+        else:
+            return uvloop.new_event_loop()
+    if loop not in ("auto", "asyncio"):
+        raise ValueError(f"unknown loop {loop!r}: expected auto, asyncio or uvloop")
+    return asyncio.new_event_loop()
+
+
+def drive(
+    main: Callable[[Bridge], Awaitable[T]],
+    *,
+    loop: LoopName = "asyncio",
+    budget: int = 128,
+    worker_threads: int = 1,
+) -> T:
+    """Run ``main(bridge)`` on a new loop with a bridge attached, then close both.
+
+    ``main`` is an ordinary coroutine function run by the loop; it hands coroutines to the bridge
+    with ``bridge.spawn`` and awaits their results.
+    """
+    event_loop = new_event_loop(loop)
+
+    async def runner() -> T:
+        bridge = Bridge(asyncio.get_running_loop(), budget=budget, worker_threads=worker_threads)
+        try:
+            return await main(bridge)
+        finally:
+            bridge.close()
+
+    try:
+        return event_loop.run_until_complete(runner())
+    finally:
+        event_loop.run_until_complete(event_loop.shutdown_asyncgens())
+        event_loop.close()

@@ -1,0 +1,84 @@
+"""Typed stub for the Rust extension module ``ferrule._ferrule``.
+
+Checked against the compiled module by ``tests/test_stub.py``.
+"""
+
+import asyncio
+from collections.abc import Callable, Coroutine, Generator
+from contextvars import Context
+from typing import Any, Generic, Literal, TypeVar
+
+T = TypeVar("T")
+
+__version__: str
+
+Mode = Literal["gated", "loop-only", "per-thread"]
+
+class Bridge:
+    """Drives coroutines for one asyncio loop from Rust.
+
+    Create it on the loop's thread while the loop runs. ``mode`` says how tokio threads get
+    the right to drive: ``gated`` (selector loop on 3.11-3.13: only while the loop thread is
+    blocked in ``select``), ``loop-only`` (uvloop on 3.11-3.13: every drive is handed to the
+    loop thread), ``per-thread`` (3.14+: the current task is per thread, no exclusion needed).
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        budget: int = 128,
+        worker_threads: int = 1,
+    ) -> None: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def budget(self) -> int: ...
+    @property
+    def mode(self) -> Mode: ...
+    @property
+    def task_path(self) -> Literal["pop-sentinel-step", "eager-start", "eager-start-per-thread"]:
+        """How this interpreter gets a task without a ``__step`` in the loop's queue."""
+    @property
+    def in_flight(self) -> int:
+        """Coroutines handed to the bridge and not finished yet (the driver holds them)."""
+    def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+        """Hand ``coro`` to the bridge; its first drive runs on a tokio thread.
+
+        Returns an asyncio future of this loop resolved with the coroutine's result or exception.
+        """
+    def spawn_on_loop(self, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+        """Like ``spawn`` but the first drive runs on the loop thread, in its next iteration."""
+    def sleep(self, seconds: float, value: T = ...) -> NativeFuture[T]:
+        """A native awaitable resolved with ``value`` by a tokio timer after ``seconds``."""
+    def ready(self, value: T = ...) -> NativeFuture[T]:
+        """A native awaitable that is already resolved with ``value``."""
+    def counters(self) -> dict[str, int]:
+        """A snapshot of every counter the bridge keeps (see ``COUNTERS``)."""
+    def reset_counters(self) -> None: ...
+    def close(self) -> None:
+        """Unhook the bridge from the loop and stop its tokio runtime. Idempotent."""
+
+COUNTERS: tuple[str, ...]
+
+class NativeFuture(Generic[T]):
+    """ferrule's own awaitable, resolved from Rust.
+
+    Driven coroutines suspend on it without involving the asyncio loop; it also speaks enough of
+    the asyncio future protocol for plain asyncio tasks to await it.
+    """
+
+    _asyncio_future_blocking: bool
+    def __await__(self) -> Generator[Any, None, T]: ...
+    def __iter__(self) -> Generator[Any, None, T]: ...
+    def __next__(self) -> Any: ...
+    def done(self) -> bool: ...
+    def cancelled(self) -> bool: ...
+    def result(self) -> T: ...
+    def exception(self) -> BaseException | None: ...
+    def cancel(self, msg: Any | None = None) -> bool: ...
+    def get_loop(self) -> asyncio.AbstractEventLoop: ...
+    def add_done_callback(
+        self, fn: Callable[[NativeFuture[T]], object], *, context: Context | None = None
+    ) -> None: ...
+    def remove_done_callback(self, fn: Callable[[NativeFuture[T]], object]) -> int: ...
