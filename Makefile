@@ -27,11 +27,11 @@ test-rust: ## Run the Rust unit tests
 lint: ## cargo fmt --check, clippy -D warnings, ruff
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	ruff check python tests benches
-	ruff format --check python tests benches
+	ruff check .
+	ruff format --check .
 
 .PHONY: format
 format: ## Format Rust and Python sources
 	cargo fmt --all
-	ruff format python tests benches
-	ruff check --fix python tests benches
+	ruff format .
+	ruff check --fix .
