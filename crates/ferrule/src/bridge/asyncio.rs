@@ -21,6 +21,11 @@ class DriverTask(asyncio.Task):
 
     __slots__ = ("_ferrule_job",)
 
+    def done(self):
+        # The C-level state says done as soon as the sentinel finished (eager start, or its step
+        # on uvloop); the coroutine this task stands for is done only when the job is.
+        return self._ferrule_job is None and super().done()
+
     def cancel(self, msg=None):
         job = self._ferrule_job
         return False if job is None else job.cancel(msg)

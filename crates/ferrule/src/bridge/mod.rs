@@ -548,7 +548,7 @@ impl Bridge {
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Bridge>()?;
     module.add_class::<NativeFuture>()?;
-    module.add("COUNTERS", Counters::NAMES.to_vec())?;
+    module.add("COUNTERS", pyo3::types::PyTuple::new(module.py(), Counters::NAMES)?)?;
     Ok(())
 }
 

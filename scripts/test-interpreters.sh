@@ -1,0 +1,377 @@
+#!/usr/bin/env bash
+# Run ferrule's whole test suite under CPython 3.13 and 3.14 in a Debian sid chroot.
+#
+# For each interpreter: a fresh venv in the chroot, `pip install '.[test]'` from a copy of the
+# checkout (a release build of the extension by maturin, plus pytest, uvloop, ...), then
+# `python -m pytest tests -q` (the suite runs every scenario on asyncio and on uvloop).
+#
+# The chroot lives outside the checkout and is reused between runs; the cargo registry, the pip
+# cache and one cargo target dir per interpreter persist inside it. Needs root (debootstrap,
+# chroot, mount) and network access to the Debian mirror, crates.io and PyPI.
+# Run with --help for options.
+set -euo pipefail
+
+ALL_PYTHONS=(3.13 3.14)
+# Bump SETUP_VERSION when the chroot setup changes in a way the package list does not show.
+SETUP_VERSION=1
+PACKAGES=(
+    python3.13-dev python3.13-venv
+    python3.14-dev python3.14-venv
+    gcc libc6-dev rustc cargo ca-certificates
+)
+
+usage() {
+    cat <<EOF
+Usage: scripts/test-interpreters.sh [options]
+
+Build ferrule from this checkout and run the whole test suite (asyncio and uvloop) under
+CPython ${ALL_PYTHONS[*]} inside a Debian sid chroot. Exits non-zero if any interpreter's
+build or tests fail. Must run as root.
+
+Options:
+  --python X.Y     run only this interpreter (repeatable; default: ${ALL_PYTHONS[*]})
+  --rebuild        delete and recreate the chroot first
+  --chroot DIR     chroot directory        (env FERRULE_SID_CHROOT, default /var/cache/ferrule-sid)
+  --log-dir DIR    where the logs go       (env FERRULE_INTERP_LOGS, default /tmp/ferrule-interp-logs)
+  --verbose        also stream setup/build output (always in the logs)
+  --shell          set up the chroot, copy the source, then open a shell in it (no tests)
+  -h, --help       show this help
+
+Environment:
+  FERRULE_SID_MIRROR    Debian mirror (default: the host's first deb URI, else deb.debian.org)
+  FERRULE_HOST_CA       CA bundle copied into the chroot (default /etc/ssl/certs/ca-certificates.crt)
+  FERRULE_TEST_TIMEOUT  seconds allowed for one interpreter's pytest run (default 1500)
+
+The source copied in is the working tree as git sees it (tracked and untracked files, minus
+.gitignore'd ones such as target/), so uncommitted changes are tested.
+EOF
+}
+
+die() { echo "test-interpreters: $*" >&2; exit 2; }
+
+# ---------------------------------------------------------------------------------------------
+# Options
+# ---------------------------------------------------------------------------------------------
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CHROOT="${FERRULE_SID_CHROOT:-/var/cache/ferrule-sid}"
+LOG_DIR="${FERRULE_INTERP_LOGS:-/tmp/ferrule-interp-logs}"
+HOST_CA="${FERRULE_HOST_CA:-/etc/ssl/certs/ca-certificates.crt}"
+TEST_TIMEOUT="${FERRULE_TEST_TIMEOUT:-1500}"
+MIRROR="${FERRULE_SID_MIRROR:-}"
+PYTHONS=()
+REBUILD=0
+VERBOSE=0
+SHELL_ONLY=0
+
+while (($#)); do
+    case "$1" in
+        --python) (($# >= 2)) || die "--python needs a version"; PYTHONS+=("${2#python}"); shift 2 ;;
+        --python=*) v="${1#--python=}"; PYTHONS+=("${v#python}"); shift ;;
+        --rebuild) REBUILD=1; shift ;;
+        --chroot) (($# >= 2)) || die "--chroot needs a directory"; CHROOT="$2"; shift 2 ;;
+        --log-dir) (($# >= 2)) || die "--log-dir needs a directory"; LOG_DIR="$2"; shift 2 ;;
+        --verbose) VERBOSE=1; shift ;;
+        --shell) SHELL_ONLY=1; shift ;;
+        -h | --help) usage; exit 0 ;;
+        *) usage >&2; die "unknown argument: $1" ;;
+    esac
+done
+((${#PYTHONS[@]})) || PYTHONS=("${ALL_PYTHONS[@]}")
+for v in "${PYTHONS[@]}"; do
+    [[ " ${ALL_PYTHONS[*]} " == *" $v "* ]] || die "unsupported --python $v (choose from ${ALL_PYTHONS[*]})"
+done
+
+[[ $EUID -eq 0 ]] || die "must run as root (debootstrap, chroot and mount need it)"
+[[ $CHROOT == /* ]] || die "the chroot path must be absolute: $CHROOT"
+CHROOT="${CHROOT%/}"
+case "$CHROOT" in
+    "" | / | /bin | /boot | /dev | /etc | /home | /lib* | /opt | /proc | /root | /run | /sbin | /srv | /sys | /tmp | /usr | /var | /var/cache)
+        die "refusing to use $CHROOT as the chroot" ;;
+esac
+case "$CHROOT/" in "$REPO"/*) die "the chroot must live outside the checkout ($REPO)" ;; esac
+[[ -r $HOST_CA ]] || die "no CA bundle at $HOST_CA (set FERRULE_HOST_CA)"
+mkdir -p "$LOG_DIR"
+LOG_DIR="$(cd "$LOG_DIR" && pwd)"
+
+# Paths inside the chroot.
+C_CA=/etc/ssl/ferrule-host-ca.crt   # the host's bundle (trusts whatever the host trusts)
+C_CACHE=/var/cache/ferrule          # persists: cargo home, pip cache, cargo target dirs
+C_SRC=/build/src                    # re-copied every run
+BOOTSTRAP_MARKER="$CHROOT/.ferrule-debootstrap-done"
+READY_MARKER="$CHROOT/.ferrule-chroot-ready"
+SETUP_ID="v$SETUP_VERSION minbase sid: ${PACKAGES[*]}"
+
+# ---------------------------------------------------------------------------------------------
+# Helpers: timing, logging, mounts
+# ---------------------------------------------------------------------------------------------
+PHASE_LINES=()
+fmt_secs() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+record() { # record NAME SECONDS STATUS
+    PHASE_LINES+=("$(printf '  %-34s %8s  %s' "$1" "$(fmt_secs "$2")" "$3")")
+    printf '[%s] %s: %s in %s\n' "$(date +%T)" "$1" "$3" "$(fmt_secs "$2")"
+}
+note() { printf '[%s] %s\n' "$(date +%T)" "$*"; }
+
+# run_phase NAME LOG CMD...: run CMD with its output in LOG (and on stdout with --verbose);
+# record the time taken; on failure show the end of the log. Returns CMD's status.
+run_phase() {
+    local name="$1" log="$2" start=$SECONDS status=0
+    shift 2
+    note "$name ... (log: $log)"
+    if ((VERBOSE)); then
+        "$@" 2>&1 | tee -a "$log" || status=$?
+    else
+        "$@" >>"$log" 2>&1 || status=$?
+    fi
+    if ((status == 0)); then
+        record "$name" $((SECONDS - start)) ok
+    else
+        record "$name" $((SECONDS - start)) "FAILED (exit $status)"
+        echo "---- last 40 lines of $log ----"
+        tail -n 40 "$log" | sed 's/^/    /'
+        echo "----"
+    fi
+    return "$status"
+}
+
+# The environment inside the chroot is built from scratch: nothing leaks in from the host
+# (in particular not PIP_FIND_LINKS, which names a host directory).
+CHROOT_ENV=(
+    HOME=/root
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+    LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=dumb
+    DEBIAN_FRONTEND=noninteractive
+    SSL_CERT_FILE=$C_CA PIP_CERT=$C_CA REQUESTS_CA_BUNDLE=$C_CA CURL_CA_BUNDLE=$C_CA
+    CARGO_HTTP_CAINFO=$C_CA
+    CARGO_HOME=$C_CACHE/cargo CARGO_TERM_COLOR=never CARGO_NET_RETRY=5
+    PIP_CACHE_DIR=$C_CACHE/pip PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+    PIP_DEFAULT_TIMEOUT=180 PIP_PROGRESS_BAR=off
+    RUST_BACKTRACE=1
+)
+in_chroot() { # in_chroot SCRIPT: run a bash script inside the chroot with CHROOT_ENV
+    chroot "$CHROOT" /usr/bin/env -i "${CHROOT_ENV[@]}" /bin/bash -euo pipefail -c "$1"
+}
+
+MOUNTED=()
+mounts_under() { # mount points at or below $1, deepest first
+    awk -v root="$1" '{ gsub(/\\040/, " ", $2); if ($2 == root || index($2, root "/") == 1) print $2 }' \
+        /proc/self/mounts | sort -r
+}
+mount_chroot() {
+    local dev
+    if ! mountpoint -q "$CHROOT/proc"; then
+        mount -t proc proc "$CHROOT/proc" || die "cannot mount proc in the chroot"
+        MOUNTED+=("$CHROOT/proc")
+    fi
+    mkdir -p "$CHROOT/dev/shm"
+    if ! mountpoint -q "$CHROOT/dev/shm"; then
+        mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$CHROOT/dev/shm" || die "cannot mount /dev/shm in the chroot"
+        MOUNTED+=("$CHROOT/dev/shm")
+    fi
+    # debootstrap normally creates the device nodes; bind single nodes from the host if not.
+    # (Never bind the whole /dev: mounts made under it could propagate back to the host.)
+    for dev in null zero full random urandom tty; do
+        if [[ ! -c $CHROOT/dev/$dev ]] && [[ -c /dev/$dev ]]; then
+            rm -f "$CHROOT/dev/$dev"
+            touch "$CHROOT/dev/$dev"
+            mount --bind "/dev/$dev" "$CHROOT/dev/$dev" || die "cannot bind /dev/$dev"
+            MOUNTED+=("$CHROOT/dev/$dev")
+        fi
+    done
+}
+unmount_chroot() {
+    local m i
+    for ((i = ${#MOUNTED[@]} - 1; i >= 0; i--)); do
+        m="${MOUNTED[i]}"
+        umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || echo "warning: could not unmount $m" >&2
+    done
+    MOUNTED=()
+}
+cleanup() {
+    local status=$?
+    unmount_chroot
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+wipe_chroot() {
+    local m
+    # Anything still mounted below the chroot (e.g. left by a killed run) goes first, so that
+    # rm never descends into a host filesystem.
+    for m in $(mounts_under "$CHROOT"); do
+        umount "$m" 2>/dev/null || umount -l "$m" || die "cannot unmount $m"
+    done
+    [[ -z $(mounts_under "$CHROOT") ]] || die "something is still mounted under $CHROOT"
+    rm -rf --one-file-system "$CHROOT"
+}
+
+host_mirror() {
+    local uri=""
+    if [[ -r /etc/apt/sources.list.d/debian.sources ]]; then
+        uri="$(awk 'tolower($1) == "uris:" { print $2; exit }' /etc/apt/sources.list.d/debian.sources)"
+    fi
+    if [[ -z $uri ]] && [[ -r /etc/apt/sources.list ]]; then
+        uri="$(awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }' \
+            /etc/apt/sources.list)"
+    fi
+    # The security archive is no use for sid.
+    [[ -n $uri && $uri != *debian-security* ]] && echo "$uri" || echo http://deb.debian.org/debian
+}
+
+# ---------------------------------------------------------------------------------------------
+# Setup
+# ---------------------------------------------------------------------------------------------
+TOTAL_START=$SECONDS
+SETUP_LOG="$LOG_DIR/setup.log"
+: >"$SETUP_LOG"
+
+# One run at a time per chroot.
+mkdir -p "$(dirname "$CHROOT")"
+exec 9>"$CHROOT.lock"
+if ! flock -n 9; then
+    note "another run is using $CHROOT; waiting for it"
+    flock 9
+fi
+
+note "chroot: $CHROOT   logs: $LOG_DIR   interpreters: ${PYTHONS[*]}"
+
+if ((REBUILD)) && [[ -e $CHROOT ]]; then
+    note "--rebuild: deleting $CHROOT"
+    wipe_chroot
+fi
+
+if [[ ! -f $BOOTSTRAP_MARKER ]]; then
+    if ! command -v debootstrap >/dev/null; then
+        run_phase "host: install debootstrap" "$SETUP_LOG" \
+            bash -c 'apt-get update && apt-get install -y debootstrap' || exit 1
+    fi
+    [[ -e $CHROOT ]] && { note "incomplete chroot at $CHROOT; recreating it"; wipe_chroot; }
+    MIRROR="${MIRROR:-$(host_mirror)}"
+    run_phase "debootstrap (minbase sid, $MIRROR)" "$SETUP_LOG" \
+        debootstrap --variant=minbase sid "$CHROOT" "$MIRROR" || exit 1
+    date -u +%FT%TZ >"$BOOTSTRAP_MARKER"
+fi
+
+# Refreshed every run: the host's DNS setup and CA bundle may change.
+rm -f "$CHROOT/etc/resolv.conf"
+cp -L /etc/resolv.conf "$CHROOT/etc/resolv.conf"
+mkdir -p "$CHROOT/etc/ssl"
+cp -L "$HOST_CA" "$CHROOT$C_CA"
+# The sid Release file on the mirror can be past its Valid-Until date.
+cat >"$CHROOT/etc/apt/apt.conf.d/99ferrule" <<'EOF'
+Acquire::Check-Valid-Until "false";
+Acquire::Retries "3";
+APT::Install-Recommends "false";
+EOF
+
+mount_chroot
+
+if [[ ! -f $READY_MARKER ]] || [[ "$(head -n 1 "$READY_MARKER")" != "$SETUP_ID" ]]; then
+    rm -f "$READY_MARKER"
+    run_phase "apt: install interpreters, gcc, rustc, cargo" "$SETUP_LOG" \
+        in_chroot "apt-get update && apt-get install -y ${PACKAGES[*]} && apt-get clean" || exit 1
+    {
+        echo "$SETUP_ID"
+        in_chroot 'rustc --version; cargo --version; for v in '"${ALL_PYTHONS[*]}"'; do python$v -VV; done'
+        date -u +%FT%TZ
+    } >"$READY_MARKER.tmp"
+    mv "$READY_MARKER.tmp" "$READY_MARKER"
+else
+    note "reusing the chroot (set up $(tail -n 1 "$READY_MARKER"); --rebuild to recreate it)"
+fi
+sed -n '2,$p' "$READY_MARKER" | sed '$d' | sed 's/^/    /'
+
+# The source: the working tree as git sees it (so uncommitted and new files are tested),
+# without ignored files such as target/. Without git, the tree minus the usual build outputs.
+copy_source() {
+    rm -rf "$CHROOT$C_SRC"
+    mkdir -p "$CHROOT$C_SRC"
+    if git -c safe.directory='*' -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
+        git -c safe.directory='*' -C "$REPO" ls-files -z --cached --others --exclude-standard |
+            (cd "$REPO" && while IFS= read -r -d '' f; do [[ -e $f || -L $f ]] && printf '%s\0' "$f"; done) |
+            tar -C "$REPO" --null --no-recursion -T - -cf - |
+            tar -C "$CHROOT$C_SRC" -xf -
+    else
+        tar -C "$REPO" --exclude=./target --exclude=./.git --exclude=./.venv --exclude=./dist \
+            --exclude='__pycache__' --exclude='*.so' -cf - . | tar -C "$CHROOT$C_SRC" -xf -
+    fi
+    [[ -f $CHROOT$C_SRC/pyproject.toml && -d $CHROOT$C_SRC/tests ]]
+}
+run_phase "copy source into the chroot" "$SETUP_LOG" copy_source || exit 1
+note "source: $(git -c safe.directory='*' -C "$REPO" describe --always --dirty 2>/dev/null || echo '(not a git checkout)'), $(find "$CHROOT$C_SRC/tests" -name 'test_*.py' | wc -l) test modules"
+
+if ((SHELL_ONLY)); then
+    note "shell in the chroot (source in $C_SRC, venvs in /build/venv-X.Y); exit to leave"
+    chroot "$CHROOT" /usr/bin/env -i "${CHROOT_ENV[@]}" /bin/bash -l || true
+    exit 0
+fi
+
+# ---------------------------------------------------------------------------------------------
+# Per interpreter: venv, build + install, tests
+# ---------------------------------------------------------------------------------------------
+declare -A RESULT SUMMARY
+FAILED=0
+for v in "${PYTHONS[@]}"; do
+    venv="/build/venv-$v"
+    build_log="$LOG_DIR/build-py$v.log"
+    test_log="$LOG_DIR/tests-py$v.log"
+    : >"$build_log"
+    : >"$test_log"
+    rm -f "$LOG_DIR/junit-py$v.xml"
+
+    # A fresh venv every run; pip builds the release wheel (maturin, in pip's isolated build
+    # env) into a target dir kept per interpreter, so dependencies compile only once.
+    if ! run_phase "py$v: venv + build + install '.[test]'" "$build_log" in_chroot "
+        rm -rf $venv
+        python$v -m venv $venv
+        cd $C_SRC
+        CARGO_TARGET_DIR=$C_CACHE/target-py$v $venv/bin/python -m pip install '.[test]'
+        $venv/bin/python -c 'import sys, ferrule, uvloop; print(sys.version); print(\"ferrule\", ferrule.__file__); print(\"uvloop\", uvloop.__version__)'
+    "; then
+        RESULT[$v]="FAILED (build/install)"
+        SUMMARY[$v]="no tests run; see $build_log"
+        FAILED=1
+        continue
+    fi
+    tail -n 3 "$build_log" | sed 's/^/    /'
+
+    note "py$v: pytest (log: $test_log)"
+    start=$SECONDS
+    status=0
+    timeout --kill-after=30 "$TEST_TIMEOUT" chroot "$CHROOT" /usr/bin/env -i "${CHROOT_ENV[@]}" \
+        /bin/bash -c "cd $C_SRC && exec $venv/bin/python -m pytest tests -q -p no:cacheprovider \
+            --junitxml=/build/junit-py$v.xml" 2>&1 | tee "$test_log" || status=$?
+    elapsed=$((SECONDS - start))
+    cp "$CHROOT/build/junit-py$v.xml" "$LOG_DIR/junit-py$v.xml" 2>/dev/null || true
+
+    summary="$(grep -E '(passed|failed|error|skipped|no tests ran).* in [0-9.]+s' "$test_log" | tail -n 1 |
+        sed -E 's/^=+ //; s/ =+$//')"
+    if ((status == 124 || status == 137)); then
+        summary="timed out after ${TEST_TIMEOUT}s${summary:+; last: $summary}"
+    fi
+    SUMMARY[$v]="${summary:-no pytest summary line (pytest exit $status); see $test_log}"
+    if ((status == 0)); then
+        RESULT[$v]=PASSED
+        record "py$v: tests" "$elapsed" ok
+    else
+        RESULT[$v]="FAILED (tests, exit $status)"
+        record "py$v: tests" "$elapsed" "FAILED (exit $status)"
+        FAILED=1
+    fi
+done
+
+# ---------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------
+echo
+echo "==== test-interpreters: timings ===="
+printf '%s\n' "${PHASE_LINES[@]}"
+printf '  %-34s %8s\n' "total" "$(fmt_secs $((SECONDS - TOTAL_START)))"
+echo "==== test-interpreters: results ===="
+for v in "${PYTHONS[@]}"; do
+    printf 'python%s: %s -- %s\n' "$v" "${RESULT[$v]:-not run}" "${SUMMARY[$v]:-}"
+done
+echo "logs: $LOG_DIR"
+exit "$FAILED"
