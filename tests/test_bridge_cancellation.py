@@ -219,3 +219,34 @@ def test_anyio_cancel_scope_cancelled_from_inside(run) -> None:
         assert await asyncio.wait_for(bridge.spawn(driven(bridge)), 3) == "after scope"
 
     run(main)
+
+
+def test_cancelling_the_spawn_future_cancels_the_coroutine(run) -> None:
+    """``asyncio.wait_for(bridge.spawn(coro), 0.05)`` timing out cancels ``coro`` itself, as
+    cancelling a Task cancels its coroutine: the coroutine sees CancelledError at its await and
+    the bridge holds nothing afterwards.
+
+    Seen failing: before the spawn future's done callback forwarded cancellation, the coroutine
+    slept on for its full 5 s and ``in_flight`` stayed at 1 after the timeout.
+    """
+
+    async def main(bridge: ferrule.Bridge) -> list[str]:
+        seen: list[str] = []
+
+        async def sleeps_long() -> None:
+            try:
+                await bridge.sleep(5)
+            except asyncio.CancelledError:
+                seen.append("cancelled")
+                raise
+
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(bridge.spawn(sleeps_long()), 0.05)
+        for _ in range(100):
+            if not bridge.in_flight:
+                break
+            await asyncio.sleep(0.01)
+        assert bridge.in_flight == 0
+        return seen
+
+    assert run(main).result == ["cancelled"]

@@ -220,6 +220,23 @@ impl Job {
     }
 }
 
+/// Done callback on the future `Bridge.spawn` returns: cancelling that future (say, by
+/// `asyncio.wait_for` timing out) cancels the coroutine, as cancelling a `Task` does.
+#[pyclass(frozen, module = "ferrule._ferrule")]
+pub struct CancelJobWithFuture {
+    pub(crate) job: Py<Job>,
+}
+
+#[pymethods]
+impl CancelJobWithFuture {
+    fn __call__(&self, py: Python<'_>, future: Bound<'_, PyAny>) -> PyResult<()> {
+        if future.call_method0(intern!(py, "cancelled"))?.is_truthy()? {
+            self.job.get().cancel(py, None)?;
+        }
+        Ok(())
+    }
+}
+
 /// Cancels what a job waits on; its done callback or waiter entry then resumes the job with
 /// `CancelledError`. Returns whether the cancellation took.
 fn cancel_waiting(py: Python<'_>, waiting: &Waiting, msg: Option<Py<PyAny>>) -> PyResult<bool> {

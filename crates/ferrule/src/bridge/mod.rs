@@ -41,6 +41,7 @@ use self::counters::bump;
 pub use self::counters::Counters;
 use self::driver::{drive, Place};
 use self::gate::{GatedSelector, LoopGate};
+use self::job::CancelJobWithFuture;
 pub use self::job::{Completion, Job, Resume};
 pub use self::native::NativeFuture;
 use self::native::{context_kwargs, ResumeVia};
@@ -327,6 +328,10 @@ impl Bridge {
             Completion::Future(future.clone().unbind()),
         )?;
         let job = Bound::new(py, job)?;
+        let cancel = CancelJobWithFuture {
+            job: job.clone().unbind(),
+        };
+        future.call_method1(intern!(py, "add_done_callback"), (cancel,))?;
         self.shared.remember_job(&job);
         Ok((job, future))
     }
@@ -548,7 +553,10 @@ impl Bridge {
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Bridge>()?;
     module.add_class::<NativeFuture>()?;
-    module.add("COUNTERS", pyo3::types::PyTuple::new(module.py(), Counters::NAMES)?)?;
+    module.add(
+        "COUNTERS",
+        pyo3::types::PyTuple::new(module.py(), Counters::NAMES)?,
+    )?;
     Ok(())
 }
 
