@@ -76,20 +76,18 @@ class Outcome:
 
 
 def expected_mode(loop_kind: str) -> str:
-    """The bridge mode documented for this loop kind on the running interpreter."""
-    if sys.version_info >= (3, 14):
-        return "per-thread"
+    """The bridge mode documented for this loop kind (the same on every interpreter)."""
     return "loop-only" if loop_kind == "uvloop" else "gated"
 
 
 def drives_first_off_loop(mode: str) -> bool:
     """Whether ``bridge.spawn`` makes its first drive on a tokio thread in this mode."""
-    return mode in ("gated", "per-thread")
+    return mode == "gated"
 
 
 def check_first_drive_thread(first_on_loop_thread: bool, mode: str) -> None:
     """Fail unless a coroutine's first drive ran where ``spawn`` puts it in this mode (a tokio
-    thread in gated/per-thread mode): a cross-thread scenario that ran on the loop thread did
+    thread in gated mode): a cross-thread scenario that ran on the loop thread did
     not exercise what it is meant to test."""
     off_loop = drives_first_off_loop(mode)
     assert first_on_loop_thread is not off_loop, (

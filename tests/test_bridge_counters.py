@@ -46,11 +46,13 @@ def test_counters_report_every_counter_and_reset(run) -> None:
 
 
 def test_mode_matches_loop_and_python_version(run, loop_kind) -> None:
-    """``bridge.mode`` is "gated" on asyncio's selector loop before 3.14, "loop-only" on uvloop
-    before 3.14 and "per-thread" from 3.14 on.
+    """``bridge.mode`` is "gated" on asyncio's selector loop and "loop-only" on uvloop, on every
+    interpreter.
 
     The mode decides whether tokio threads may drive at all; a wrong mode on uvloop (which has
-    no selector to gate) would let tokio threads collide with the loop thread.
+    no selector to gate) would let tokio threads collide with the loop thread. Seen failing on
+    3.14 when it had a "per-thread" mode letting tokio threads drive on uvloop: 26 tests timed
+    out, because libuv calls (call_soon, call_later) made off the loop thread never woke it.
     """
 
     async def main(bridge: ferrule.Bridge) -> str:

@@ -29,7 +29,7 @@ async def await_done_futures(count: int) -> int:
 
 
 def test_spawn_drives_first_off_loop_and_spawn_on_loop_on_the_loop_thread(run) -> None:
-    """``spawn`` makes a coroutine's first drive on a tokio thread (gated/per-thread modes; on
+    """``spawn`` makes a coroutine's first drive on a tokio thread (gated mode; on
     the loop thread in loop-only mode); ``spawn_on_loop`` makes it on the loop thread, in the
     loop's next iteration (not inside the call).
 

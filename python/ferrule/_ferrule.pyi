@@ -12,15 +12,14 @@ T = TypeVar("T")
 
 __version__: str
 
-Mode = Literal["gated", "loop-only", "per-thread"]
+Mode = Literal["gated", "loop-only"]
 
 class Bridge:
     """Drives coroutines for one asyncio loop from Rust.
 
     Create it on the loop's thread while the loop runs. ``mode`` says how tokio threads get
-    the right to drive: ``gated`` (selector loop on 3.11-3.13: only while the loop thread is
-    blocked in ``select``), ``loop-only`` (uvloop on 3.11-3.13: every drive is handed to the
-    loop thread), ``per-thread`` (3.14+: the current task is per thread, no exclusion needed).
+    the right to drive: ``gated`` (asyncio's selector loop: only while the loop thread is
+    blocked in ``select``), ``loop-only`` (uvloop: every drive is handed to the loop thread).
     """
 
     def __init__(

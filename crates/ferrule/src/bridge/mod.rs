@@ -48,16 +48,19 @@ use self::native::{context_kwargs, ResumeVia};
 use self::queue::ReadyQueue;
 use self::waker::{DrainOnLoop, LoopWaker};
 
-/// How tokio threads get the right to drive, chosen from the interpreter and the loop.
+/// How tokio threads get the right to drive, chosen from the loop.
+///
+/// 3.14's per-thread current task removes the task collision, but not the other reason for
+/// exclusion: a driven coroutine runs asyncio code (`call_soon`, `call_later`'s heap push, whose
+/// comparisons are Python code the GIL can switch out of) that must not interleave with the loop
+/// thread's `_run_once`, and on uvloop must not run off the loop thread at all (libuv is not
+/// thread-safe). So the mode depends on the loop alone.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Mode {
-    /// Selector loop, 3.11-3.13: a tokio thread drives only while the loop thread is in `select`.
+    /// Selector loop: a tokio thread drives only while the loop thread is blocked in `select`.
     Gated,
-    /// No selector to gate (uvloop), 3.11-3.13: every drive is handed to the loop thread.
+    /// No selector to gate (uvloop): every drive is handed to the loop thread.
     LoopOnly,
-    /// 3.14+: the current task is per thread, so tokio threads drive whenever no other tokio
-    /// thread does (the `tokio_driving` flag still serialises resumes of one job).
-    PerThread,
 }
 
 impl Mode {
@@ -65,7 +68,6 @@ impl Mode {
         match self {
             Mode::Gated => "gated",
             Mode::LoopOnly => "loop-only",
-            Mode::PerThread => "per-thread",
         }
     }
 }
@@ -126,10 +128,13 @@ impl Shared {
 
     /// Sizes of `_ready` and `_scheduled`: a drive that grew either left the loop work it will
     /// not see while blocked in `select` with the timeout it computed before (I4).
-    fn loop_queue_marks(&self, py: Python<'_>) -> Option<(usize, usize)> {
-        let ready = self.ready.as_ref()?.bind(py).len().ok()?;
-        let scheduled = self.scheduled.as_ref()?.bind(py).len().ok()?;
-        Some((ready, scheduled))
+    /// (Gated mode has both; a drive adds to them and never takes away.)
+    fn loop_queue_marks(&self, py: Python<'_>) -> (usize, usize) {
+        let len = |queue: &Option<Py<PyAny>>| queue.as_ref().and_then(|q| q.bind(py).len().ok());
+        (
+            len(&self.ready).unwrap_or(0),
+            len(&self.scheduled).unwrap_or(0),
+        )
     }
 
     fn wake(&self) {
@@ -199,7 +204,6 @@ impl Shared {
         match self.mode {
             Mode::LoopOnly => false,
             Mode::Gated => self.gate.loop_in_select() && self.queue.begin_tokio_drive(),
-            Mode::PerThread => self.queue.begin_tokio_drive(),
         }
     }
 
@@ -224,15 +228,13 @@ impl Shared {
             Job::finish(job, Err(err));
             return;
         }
-        let before = self.loop_queue_marks(py);
-        let finished = drive(py, job, resume, Place::Tokio);
-        let after = self.loop_queue_marks(py);
+        let (ready_before, scheduled_before) = self.loop_queue_marks(py);
+        drive(py, job, resume, Place::Tokio);
+        let (ready_after, scheduled_after) = self.loop_queue_marks(py);
         self.queue.end_tokio_drive();
-        let loop_has_new_work = match (before, after) {
-            (Some((ready0, sched0)), Some((ready1, sched1))) => ready1 > ready0 || sched1 > sched0,
-            // No way to look (uvloop on 3.14): wake whenever the coroutine is still going.
-            _ => !finished,
-        };
+        // A coroutine that completed without touching asyncio leaves both unchanged: no wake.
+        // Completing a spawn future does schedule its callbacks, and that is seen here too.
+        let loop_has_new_work = ready_after > ready_before || scheduled_after > scheduled_before;
         if loop_has_new_work || !self.queue.is_empty() {
             self.wake();
         }
@@ -357,9 +359,7 @@ impl Bridge {
         let ready = event_loop.getattr_opt(intern!(py, "_ready"))?;
         let scheduled = event_loop.getattr_opt(intern!(py, "_scheduled"))?;
         let selector = event_loop.getattr_opt(intern!(py, "_selector"))?;
-        let mode = if api.task_path == TaskPath::EagerStartPerThread {
-            Mode::PerThread
-        } else if selector.is_some() && ready.is_some() && scheduled.is_some() {
+        let mode = if selector.is_some() && ready.is_some() && scheduled.is_some() {
             Mode::Gated
         } else {
             Mode::LoopOnly
