@@ -1,64 +1,44 @@
-"""``ferrule`` / ``python -m ferrule``: the command line.
-
-Until the HTTP server lands, the one command is ``demo``: it hands a few thousand coroutines of
-each kind to the bridge and prints what the bridge counted and how long a relay took.
-"""
+"""``ferrule APP`` / ``python -m ferrule APP``: uvicorn's option names where the option exists."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import time
+import sys
 
-from ferrule._bridge import drive
-from ferrule._ferrule import Bridge
+from ferrule.config import LOG_LEVELS
 
 
-async def _completes_inline() -> int:
-    return 1
-
-
-async def _awaits_asyncio_future() -> int:
-    await asyncio.sleep(0)
-    return 1
-
-
-async def _creates_a_task() -> int:
-    return await asyncio.get_running_loop().create_task(_completes_inline())
-
-
-KINDS = {
-    "inline": _completes_inline,
-    "sleep0": _awaits_asyncio_future,
-    "task": _creates_a_task,
-}
-
-
-async def _demo(bridge: Bridge, count: int) -> None:
-    print(f"bridge mode: {bridge.mode}, budget {bridge.budget}")
-    for name, factory in KINDS.items():
-        bridge.reset_counters()
-        started = time.perf_counter()
-        results = await asyncio.gather(*(bridge.spawn(factory()) for _ in range(count)))
-        elapsed = time.perf_counter() - started
-        assert sum(results) == count
-        counters = bridge.counters()
-        per = counters["gil_acquisitions"] / count
-        print(
-            f"{name:>7}: {count} coroutines in {elapsed * 1000:.1f} ms "
-            f"({elapsed / count * 1e6:.2f} us each), {per:.2f} GIL acquisitions each, "
-            f"collisions {counters['collisions']}"
-        )
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ferrule", description="Serve an ASGI app with ferrule (a Rust-driven ASGI server)."
+    )
+    p.add_argument("app", help='the ASGI app as "module:attribute"')
+    p.add_argument("--host", default="127.0.0.1", help="bind to this host (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="bind to this port (0: any free one)")
+    p.add_argument("--uds", help="bind to this Unix domain socket instead")
+    p.add_argument("--fd", type=int, help=argparse.SUPPRESS)  # a worker's inherited socket
+    p.add_argument("--workers", type=int, default=1, help="number of worker processes")
+    p.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto")
+    p.add_argument("--app-dir", default=".", help="put this directory first on sys.path")
+    p.add_argument("--factory", action="store_true", help="APP is a factory returning the app")
+    p.add_argument("--lifespan", choices=["auto", "on", "off"], default="auto")
+    p.add_argument("--root-path", default="", help="the ASGI root_path of the app")
+    p.add_argument("--timeout-keep-alive", type=float, default=5.0)
+    p.add_argument("--timeout-graceful-shutdown", type=float, default=None)
+    p.add_argument("--limit-concurrency", type=int, default=None)
+    p.add_argument("--backlog", type=int, default=2048)
+    p.add_argument("--log-level", choices=list(LOG_LEVELS), default="info")
+    p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--proxy-headers", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--forwarded-allow-ips", default=None)
+    return p
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="ferrule", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="drive coroutines through the bridge and report")
-    demo.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="asyncio")
-    demo.add_argument("--count", type=int, default=5000)
-    args = parser.parse_args(argv)
-    drive(lambda bridge: _demo(bridge, args.count), loop=args.loop)
+    args = vars(parser().parse_args(argv))
+    from ferrule.server import run
+
+    sys.exit(run(args.pop("app"), **args))
 
 
 if __name__ == "__main__":

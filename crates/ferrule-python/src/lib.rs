@@ -4,5 +4,6 @@ use pyo3::prelude::*;
 #[pymodule(gil_used = true)]
 fn _ferrule(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    ferrule::bridge::register(module)
+    ferrule::bridge::register(module)?;
+    ferrule::http::register(module)
 }

@@ -118,3 +118,15 @@ pub fn is_readable(fd: i32) -> bool {
     // blocks; an invalid `fd` is reported in `revents`, not undefined behaviour.
     unsafe { libc::poll(&mut pollfd, 1, 0) == 1 }
 }
+
+/// Takes ownership of a socket descriptor Python handed over (`socket.detach()`).
+pub fn take_fd<T: FromRawFd>(fd: std::os::fd::RawFd) -> std::io::Result<T> {
+    // A cheap validity check first: F_GETFD fails with EBADF for a descriptor that is not open.
+    // SAFETY: fcntl(F_GETFD) takes no pointers and has no effect on the descriptor.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the caller owns `fd` (Python detached it from its socket object, so nothing else
+    // will close it) and it is open (checked above); from here on the returned value owns it.
+    Ok(unsafe { T::from_raw_fd(fd) })
+}

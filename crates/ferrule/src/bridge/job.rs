@@ -181,7 +181,7 @@ impl Job {
 impl Job {
     /// `Task.cancel` for the job's `DriverTask`.
     #[pyo3(signature = (msg=None))]
-    fn cancel(&self, py: Python<'_>, msg: Option<Py<PyAny>>) -> PyResult<bool> {
+    pub fn cancel(&self, py: Python<'_>, msg: Option<Py<PyAny>>) -> PyResult<bool> {
         let waiting = {
             let mut state = self.state.lock().unwrap();
             if state.finished {

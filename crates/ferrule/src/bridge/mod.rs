@@ -44,7 +44,8 @@ use self::gate::{GatedSelector, LoopGate};
 use self::job::CancelJobWithFuture;
 pub use self::job::{Completion, Job, Resume};
 pub use self::native::NativeFuture;
-use self::native::{context_kwargs, ResumeVia};
+use self::native::context_kwargs;
+pub use self::native::ResumeVia;
 use self::queue::ReadyQueue;
 use self::waker::{DrainOnLoop, LoopWaker};
 
@@ -103,7 +104,7 @@ impl Shared {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn remember_job(&self, job: &Bound<'_, Job>) {
+    pub(crate) fn remember_job(&self, job: &Bound<'_, Job>) {
         bump(&self.counters.spawned);
         self.jobs
             .lock()
@@ -115,6 +116,16 @@ impl Shared {
         let job = self.jobs.lock().unwrap().remove(&id);
         if job.is_some() {
             bump(&self.counters.completed);
+        }
+    }
+
+    /// Cancels every unfinished coroutine, as `Task.cancel` would (graceful shutdown's end).
+    pub fn cancel_all(&self, py: Python<'_>) {
+        let jobs: Vec<Py<Job>> = self.jobs.lock().unwrap().values().map(|j| j.clone_ref(py)).collect();
+        for job in jobs {
+            if let Err(err) = job.get().cancel(py, None) {
+                err.write_unraisable(py, None);
+            }
         }
     }
 
@@ -368,7 +379,7 @@ impl Bridge {
             .worker_threads(worker_threads)
             .thread_name("ferrule-tokio")
             .on_thread_start(ffi::keep_thread_state)
-            .enable_time()
+            .enable_all()
             .build()
             .map_err(|err| PyRuntimeError::new_err(format!("cannot start tokio: {err}")))?;
         let waker = LoopWaker::new()
@@ -547,6 +558,11 @@ impl Bridge {
         }
         Ok(())
     }
+}
+
+/// Takes ownership of a descriptor handed over from Python (see `ffi::take_fd`).
+pub fn ffi_take_fd<T: std::os::fd::FromRawFd>(fd: std::os::fd::RawFd) -> PyResult<T> {
+    Ok(ffi::take_fd(fd)?)
 }
 
 /// Registers the bridge's classes and constants on `module`.

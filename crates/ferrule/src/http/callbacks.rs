@@ -1,0 +1,56 @@
+//! What happens when an app's coroutine finishes: make sure the client has an answer, log a
+//! traceback for a failure, write the access log line.
+
+use std::sync::Arc;
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::io::Exchange;
+
+/// The request line parts the access log needs, captured before the request is handed over.
+pub struct AccessInfo {
+    pub client: String,
+    pub method: String,
+    pub target: String,
+    pub version: &'static str,
+}
+
+/// The `Completion::Callback` of every request's job.
+pub fn on_app_done(py: Python<'_>, exchange: &Arc<Exchange>, access: &AccessInfo, result: PyResult<Py<PyAny>>) {
+    let server = &exchange.server;
+    server.request_finished();
+    let failed = result.is_err();
+    let (status, problem) = exchange.finish_app(py, failed);
+    if let Err(error) = result {
+        let kwargs = PyDict::new(py);
+        let logged = kwargs
+            .set_item(intern!(py, "exc_info"), error.value(py))
+            .and_then(|_| {
+                server.error_logger.bind(py).call_method(
+                    intern!(py, "error"),
+                    ("Exception in ASGI application",),
+                    Some(&kwargs),
+                )
+            });
+        if let Err(err) = logged {
+            err.write_unraisable(py, None);
+        }
+    } else if let Some(problem) = problem {
+        let _ = server.error_logger.bind(py).call_method1(intern!(py, "error"), (problem,));
+    }
+    if let Some(access_logger) = &server.access_logger {
+        let _ = access_logger.bind(py).call_method1(
+            intern!(py, "info"),
+            (
+                "%s - \"%s %s HTTP/%s\" %d",
+                &access.client,
+                &access.method,
+                &access.target,
+                access.version,
+                status,
+            ),
+        );
+    }
+}

@@ -1,0 +1,512 @@
+//! One request/response exchange between hyper and the app: the ASGI `receive` and `send`
+//! callables, and the response body hyper streams to the client.
+//!
+//! Both callables return `NativeFuture`s: a message that is ready (or a send with room in the
+//! body channel) returns one that is resolved already, and awaiting it never suspends; otherwise
+//! a tokio task resolves it, and the driver resumes the coroutine without the asyncio loop.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::bridge::{runtime, NativeFuture, ResumeVia};
+
+use super::serve::ServerShared;
+
+pyo3::create_exception!(
+    ferrule,
+    ClientDisconnected,
+    PyOSError,
+    "The client went away: raised by send() so the app stops producing."
+);
+
+/// Body chunks in flight to hyper, per response: above the drive budget (128 steps), so one
+/// drive can never fill the channel while holding the GIL (invariant I13).
+pub const BODY_CHANNEL_CAPACITY: usize = 256;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    /// No `http.response.start` yet.
+    Waiting,
+    /// Started; the head waits for the first body message, so a one-message body gets an
+    /// exact Content-Length.
+    HeadPending,
+    Streaming,
+    Complete,
+}
+
+enum RequestBody {
+    Unread(Incoming),
+    Reading,
+    Done,
+}
+
+struct ExchangeState {
+    phase: Phase,
+    head_tx: Option<oneshot::Sender<Response<ResponseBody>>>,
+    head: Option<(StatusCode, HeaderMap)>,
+    body_tx: Option<mpsc::Sender<Bytes>>,
+    body: RequestBody,
+    disconnected: bool,
+    status: u16,
+    /// `receive()` calls waiting for `http.disconnect`.
+    disconnect_waiters: Vec<Py<NativeFuture>>,
+}
+
+/// What hyper's side and the app's side share for one request.
+pub struct Exchange {
+    pub server: Arc<ServerShared>,
+    state: Mutex<ExchangeState>,
+    /// Set when the app failed after streaming began: the body ends in an error, so hyper
+    /// closes the connection instead of finishing the response as if it were whole.
+    aborted: Arc<AtomicBool>,
+}
+
+impl Exchange {
+    pub fn new(
+        server: Arc<ServerShared>,
+        head_tx: oneshot::Sender<Response<ResponseBody>>,
+        body: Incoming,
+    ) -> Self {
+        Self {
+            server,
+            state: Mutex::new(ExchangeState {
+                phase: Phase::Waiting,
+                head_tx: Some(head_tx),
+                head: None,
+                body_tx: None,
+                body: RequestBody::Unread(body),
+                disconnected: false,
+                status: 0,
+                disconnect_waiters: Vec::new(),
+            }),
+            aborted: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The client is gone: every later `receive()` says so, every `send()` raises.
+    pub fn mark_disconnected(&self, py: Python<'_>) {
+        let waiters = {
+            let mut state = self.state.lock().unwrap();
+            if state.phase == Phase::Complete || state.disconnected {
+                return;
+            }
+            state.disconnected = true;
+            state.body_tx = None;
+            std::mem::take(&mut state.disconnect_waiters)
+        };
+        self.resolve_disconnect_waiters(py, waiters);
+    }
+
+    fn resolve_disconnect_waiters(&self, py: Python<'_>, waiters: Vec<Py<NativeFuture>>) {
+        for waiter in waiters {
+            let message = disconnect_message(py).map(Bound::unbind);
+            let outcome = message.map_err(|err| err.into_value(py).into_any());
+            if let Err(err) = NativeFuture::resolve(waiter.bind(py), outcome, false, ResumeVia::Schedule) {
+                err.write_unraisable(py, None);
+            }
+        }
+    }
+
+    /// The app's coroutine finished (`Ok`) or raised (`Err`): make sure the client gets an
+    /// answer, and report what the access log needs. Returns the status sent (0 if none).
+    pub fn finish_app(&self, py: Python<'_>, failed: bool) -> (u16, Option<&'static str>) {
+        let (status, problem, waiters) = {
+            let mut state = self.state.lock().unwrap();
+            let problem = match state.phase {
+                Phase::Complete => None,
+                Phase::Waiting | Phase::HeadPending => {
+                    if let Some(head_tx) = state.head_tx.take() {
+                        let _ = head_tx.send(plain_response(StatusCode::INTERNAL_SERVER_ERROR, &self.server));
+                    }
+                    state.status = 500;
+                    Some(if failed { "" } else { "ASGI callable returned without completing response." })
+                }
+                Phase::Streaming => {
+                    self.aborted.store(true, Ordering::Release);
+                    state.body_tx = None;
+                    Some(if failed { "" } else { "ASGI callable returned without completing response." })
+                }
+            };
+            state.phase = Phase::Complete;
+            (state.status, problem, std::mem::take(&mut state.disconnect_waiters))
+        };
+        self.resolve_disconnect_waiters(py, waiters);
+        (status, problem.filter(|p| !p.is_empty()))
+    }
+}
+
+fn disconnect_message(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let message = PyDict::new(py);
+    message.set_item(intern!(py, "type"), intern!(py, "http.disconnect"))?;
+    Ok(message.into_any())
+}
+
+fn request_message<'py>(py: Python<'py>, body: &[u8], more_body: bool) -> PyResult<Bound<'py, PyAny>> {
+    let message = PyDict::new(py);
+    message.set_item(intern!(py, "type"), intern!(py, "http.request"))?;
+    message.set_item(intern!(py, "body"), PyBytes::new(py, body))?;
+    message.set_item(intern!(py, "more_body"), more_body)?;
+    Ok(message.into_any())
+}
+
+/// A small text response made by the server itself (500, 503).
+pub fn plain_response(status: StatusCode, server: &ServerShared) -> Response<ResponseBody> {
+    let text = status.canonical_reason().unwrap_or("Error");
+    let mut response = Response::new(ResponseBody::full(Bytes::from_static(text.as_bytes())));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    server.add_server_header(headers);
+    response
+}
+
+/// The ASGI `receive` callable of one request.
+#[pyclass(frozen, module = "ferrule._ferrule")]
+pub struct Receive {
+    pub exchange: Arc<Exchange>,
+}
+
+#[pymethods]
+impl Receive {
+    fn __call__(&self, py: Python<'_>) -> PyResult<Py<NativeFuture>> {
+        let exchange = &self.exchange;
+        let bridge = exchange.server.bridge.clone();
+        let mut state = exchange.state.lock().unwrap();
+        if state.disconnected || state.phase == Phase::Complete {
+            drop(state);
+            return Py::new(py, NativeFuture::resolved(bridge, disconnect_message(py)?.unbind()));
+        }
+        match std::mem::replace(&mut state.body, RequestBody::Reading) {
+            RequestBody::Done => {
+                state.body = RequestBody::Done;
+                let waiter = Py::new(py, NativeFuture::new(bridge))?;
+                state.disconnect_waiters.push(waiter.clone_ref(py));
+                Ok(waiter)
+            }
+            RequestBody::Reading => Err(PyRuntimeError::new_err(
+                "receive() called while a previous receive() is still waiting for the body",
+            )),
+            RequestBody::Unread(incoming) if incoming.is_end_stream() => {
+                state.body = RequestBody::Done;
+                drop(state);
+                Py::new(py, NativeFuture::resolved(bridge, request_message(py, b"", false)?.unbind()))
+            }
+            RequestBody::Unread(incoming) => {
+                drop(state);
+                let future = Py::new(py, NativeFuture::new(bridge))?;
+                let resolving = future.clone_ref(py);
+                let exchange = exchange.clone();
+                runtime::spawn(read_body_chunk(exchange, incoming, resolving))?;
+                Ok(future)
+            }
+        }
+    }
+}
+
+/// Reads the next data frame of the request body and hands it to the waiting `receive()`.
+async fn read_body_chunk(exchange: Arc<Exchange>, mut incoming: Incoming, future: Py<NativeFuture>) {
+    let chunk = loop {
+        match incoming.frame().await {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => break Ok(data),
+                Err(_trailers) => continue,
+            },
+            Some(Err(err)) => break Err(err),
+            None => break Ok(Bytes::new()),
+        }
+    };
+    let more_body = chunk.is_ok() && !incoming.is_end_stream();
+    Python::attach(|py| {
+        let message = {
+            let mut state = exchange.state.lock().unwrap();
+            match chunk {
+                Ok(data) => {
+                    state.body = if more_body { RequestBody::Unread(incoming) } else { RequestBody::Done };
+                    drop(state);
+                    request_message(py, &data, more_body)
+                }
+                Err(_) => {
+                    // A broken or abandoned body: the app hears the client is gone.
+                    state.body = RequestBody::Done;
+                    drop(state);
+                    exchange.mark_disconnected(py);
+                    disconnect_message(py)
+                }
+            }
+        };
+        let outcome = message.map(Bound::unbind).map_err(|err| err.into_value(py).into_any());
+        if let Err(err) = NativeFuture::resolve(future.bind(py), outcome, false, ResumeVia::DriveNow) {
+            err.write_unraisable(py, None);
+        }
+    });
+}
+
+/// The ASGI `send` callable of one request.
+#[pyclass(frozen, module = "ferrule._ferrule")]
+pub struct Send {
+    pub exchange: Arc<Exchange>,
+}
+
+#[pymethods]
+impl Send {
+    fn __call__(&self, py: Python<'_>, message: Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
+        let kind = message.get_item(intern!(py, "type"))?;
+        let kind = kind.cast::<pyo3::types::PyString>().map_err(|_| PyTypeError::new_err("ASGI message 'type' must be a str"))?;
+        match kind.to_str()? {
+            "http.response.start" => self.start(py, &message),
+            "http.response.body" => self.body(py, &message),
+            other => Err(PyValueError::new_err(format!("Unexpected ASGI message type '{other}'"))),
+        }
+    }
+}
+
+impl Send {
+    fn done(&self, py: Python<'_>) -> Py<NativeFuture> {
+        self.exchange.server.done_future.clone_ref(py)
+    }
+
+    fn start(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
+        let status: u16 = message
+            .get_item(intern!(py, "status"))?
+            .extract()
+            .map_err(|_| PyTypeError::new_err("http.response.start 'status' must be an int"))?;
+        let status = StatusCode::from_u16(status)
+            .ok()
+            .filter(|s| (100..600).contains(&s.as_u16()))
+            .ok_or_else(|| PyValueError::new_err(format!("invalid HTTP status code {status}")))?;
+        let headers = parse_headers(py, message)?;
+        let mut state = self.exchange.state.lock().unwrap();
+        if state.phase != Phase::Waiting {
+            return Err(PyRuntimeError::new_err(
+                "Unexpected ASGI message 'http.response.start': the response has already started",
+            ));
+        }
+        state.head = Some((status, headers));
+        state.status = status.as_u16();
+        state.phase = Phase::HeadPending;
+        Ok(self.done(py))
+    }
+
+    fn body(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
+        let body = match message.get_item(intern!(py, "body")) {
+            Ok(body) => Bytes::copy_from_slice(
+                body.cast::<PyBytes>()
+                    .map_err(|_| PyTypeError::new_err("http.response.body 'body' must be bytes"))?
+                    .as_bytes(),
+            ),
+            Err(_) => Bytes::new(),
+        };
+        let more_body = match message.get_item(intern!(py, "more_body")) {
+            Ok(more) => more.is_truthy()?,
+            Err(_) => false,
+        };
+        let exchange = &self.exchange;
+        let mut state = exchange.state.lock().unwrap();
+        if state.disconnected {
+            return Err(ClientDisconnected::new_err("the client disconnected"));
+        }
+        match state.phase {
+            Phase::Waiting => Err(PyRuntimeError::new_err(
+                "Expected ASGI message 'http.response.start', but got 'http.response.body'",
+            )),
+            Phase::Complete => Err(PyRuntimeError::new_err(
+                "Unexpected ASGI message 'http.response.body' sent, after response already completed",
+            )),
+            Phase::HeadPending => {
+                let (status, headers) = state.head.take().expect("a pending head");
+                let response_body = if more_body {
+                    let (tx, rx) = mpsc::channel(BODY_CHANNEL_CAPACITY);
+                    if !body.is_empty() {
+                        let _ = tx.try_send(body);
+                    }
+                    state.body_tx = Some(tx);
+                    state.phase = Phase::Streaming;
+                    ResponseBody::stream(rx, exchange.clone())
+                } else {
+                    state.phase = Phase::Complete;
+                    ResponseBody::full(body)
+                };
+                let mut response = Response::new(response_body);
+                *response.status_mut() = status;
+                *response.headers_mut() = headers;
+                exchange.server.add_server_header(response.headers_mut());
+                if let Some(head_tx) = state.head_tx.take() {
+                    let _ = head_tx.send(response);
+                }
+                let waiters = if more_body { Vec::new() } else { std::mem::take(&mut state.disconnect_waiters) };
+                drop(state);
+                exchange.resolve_disconnect_waiters(py, waiters);
+                Ok(self.done(py))
+            }
+            Phase::Streaming => {
+                let tx = if more_body { state.body_tx.clone() } else { state.body_tx.take() };
+                let waiters = if more_body {
+                    Vec::new()
+                } else {
+                    state.phase = Phase::Complete;
+                    std::mem::take(&mut state.disconnect_waiters)
+                };
+                drop(state);
+                exchange.resolve_disconnect_waiters(py, waiters);
+                let Some(tx) = tx else {
+                    return Err(ClientDisconnected::new_err("the client disconnected"));
+                };
+                if body.is_empty() {
+                    return Ok(self.done(py));
+                }
+                match tx.try_send(body) {
+                    Ok(()) => Ok(self.done(py)),
+                    Err(mpsc::error::TrySendError::Closed(_)) => {
+                        Err(ClientDisconnected::new_err("the client disconnected"))
+                    }
+                    Err(mpsc::error::TrySendError::Full(body)) => {
+                        // Backpressure: suspend the coroutine on a native future that a tokio
+                        // task resolves once the channel has room. No thread blocks.
+                        let future = Py::new(py, NativeFuture::new(exchange.server.bridge.clone()))?;
+                        let resolving = future.clone_ref(py);
+                        runtime::spawn(async move {
+                            let sent = tx.send(body).await;
+                            Python::attach(|py| {
+                                let outcome = match sent {
+                                    Ok(()) => Ok(py.None()),
+                                    Err(_) => Err(ClientDisconnected::new_err("the client disconnected")
+                                        .into_value(py)
+                                        .into_any()),
+                                };
+                                if let Err(err) =
+                                    NativeFuture::resolve(resolving.bind(py), outcome, false, ResumeVia::DriveNow)
+                                {
+                                    err.write_unraisable(py, None);
+                                }
+                            });
+                        })?;
+                        Ok(future)
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn parse_headers(py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<HeaderMap> {
+    let mut headers = HeaderMap::new();
+    let Ok(items) = message.get_item(intern!(py, "headers")) else {
+        return Ok(headers);
+    };
+    for item in items.try_iter()? {
+        let item = item?;
+        let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item
+            .extract()
+            .map_err(|_| PyTypeError::new_err("each response header must be a (name, value) pair"))?;
+        let name = name
+            .cast::<PyBytes>()
+            .map_err(|_| PyTypeError::new_err("response header names must be bytes"))?
+            .as_bytes();
+        let value = value
+            .cast::<PyBytes>()
+            .map_err(|_| PyTypeError::new_err("response header values must be bytes"))?
+            .as_bytes();
+        let name = HeaderName::from_bytes(name)
+            .map_err(|_| PyValueError::new_err(format!("invalid response header name {:?}", String::from_utf8_lossy(name))))?;
+        let value = HeaderValue::from_bytes(value)
+            .map_err(|_| PyValueError::new_err(format!("invalid value for response header {name}")))?;
+        headers.append(name, value);
+    }
+    Ok(headers)
+}
+
+/// The response body hyper polls: all at once, or streamed from the app through a channel.
+pub enum ResponseBody {
+    Full(Option<Bytes>),
+    Stream(StreamBody),
+}
+
+pub struct StreamBody {
+    rx: mpsc::Receiver<Bytes>,
+    aborted: Arc<AtomicBool>,
+    /// Held so that hyper dropping the body before its end tells the app the client is gone.
+    exchange: Arc<Exchange>,
+    ended: bool,
+}
+
+impl ResponseBody {
+    pub fn full(body: Bytes) -> Self {
+        ResponseBody::Full(Some(body))
+    }
+
+    fn stream(rx: mpsc::Receiver<Bytes>, exchange: Arc<Exchange>) -> Self {
+        let aborted = exchange.aborted.clone();
+        ResponseBody::Stream(StreamBody { rx, aborted, exchange, ended: false })
+    }
+}
+
+/// The error a stream ends with when the app failed mid-response: hyper closes the connection.
+#[derive(Debug)]
+pub struct ResponseAborted;
+
+impl std::fmt::Display for ResponseAborted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the ASGI app failed after the response started")
+    }
+}
+
+impl std::error::Error for ResponseAborted {}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = ResponseAborted;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, ResponseAborted>>> {
+        match self.get_mut() {
+            ResponseBody::Full(body) => Poll::Ready(body.take().filter(|b| !b.is_empty()).map(|b| Ok(Frame::data(b)))),
+            ResponseBody::Stream(stream) => match stream.rx.poll_recv(cx) {
+                Poll::Ready(Some(chunk)) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
+                Poll::Ready(None) => {
+                    stream.ended = true;
+                    if stream.aborted.load(Ordering::Acquire) {
+                        Poll::Ready(Some(Err(ResponseAborted)))
+                    } else {
+                        Poll::Ready(None)
+                    }
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ResponseBody::Full(body) => body.as_ref().is_none_or(Bytes::is_empty),
+            ResponseBody::Stream(stream) => stream.ended,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ResponseBody::Full(body) => SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64)),
+            ResponseBody::Stream(_) => SizeHint::default(),
+        }
+    }
+}
+
+impl Drop for StreamBody {
+    fn drop(&mut self) {
+        if !self.ended {
+            let exchange = self.exchange.clone();
+            Python::attach(|py| exchange.mark_disconnected(py));
+        }
+    }
+}

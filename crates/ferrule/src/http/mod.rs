@@ -1,0 +1,22 @@
+//! The ASGI HTTP/1.1 server on the bridge, one file per concern (as granian lays out protocols):
+//! - `serve`: `HttpServer`, the accept loop, per-request handling;
+//! - `types`: the ASGI scope;
+//! - `io`: the `receive` / `send` callables and the response body;
+//! - `callbacks`: what happens when the app's coroutine finishes.
+
+mod callbacks;
+mod io;
+mod serve;
+mod types;
+
+use pyo3::prelude::*;
+
+pub use self::io::ClientDisconnected;
+pub use self::serve::HttpServer;
+
+/// Registers the server's classes on `module`.
+pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<HttpServer>()?;
+    module.add("ClientDisconnected", module.py().get_type::<ClientDisconnected>())?;
+    Ok(())
+}

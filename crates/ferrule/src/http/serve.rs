@@ -1,0 +1,319 @@
+//! `HttpServer`: hyper's HTTP/1.1 on the bridge's tokio runtime. Each request's coroutine gets its
+//! first drive on the tokio thread that parsed it; continuations run on the loop thread.
+
+use std::convert::Infallible;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{oneshot, watch};
+
+use crate::bridge::{self, Bridge, Completion, Job, NativeFuture, Resume, ResumeVia};
+
+use super::callbacks::{on_app_done, AccessInfo};
+use super::io::{plain_response, Exchange, Receive, ResponseBody, Send};
+use super::types::{build_scope, http_version, ConnInfo};
+
+/// What every connection and request of one server shares.
+pub struct ServerShared {
+    pub bridge: Arc<bridge::Shared>,
+    app: Py<PyAny>,
+    pub root_path: Py<PyString>,
+    pub state: Option<Py<PyDict>>,
+    pub error_logger: Py<PyAny>,
+    /// `logging.getLogger("ferrule.access")` when access logging is on and INFO is enabled.
+    pub access_logger: Option<Py<PyAny>>,
+    /// A resolved `NativeFuture` every non-blocking `send()` returns (awaiting it never waits).
+    pub done_future: Py<NativeFuture>,
+    limit_concurrency: Option<usize>,
+    in_flight: AtomicUsize,
+    keep_alive: Duration,
+    server_header: Option<HeaderValue>,
+}
+
+impl ServerShared {
+    pub fn add_server_header(&self, headers: &mut HeaderMap) {
+        if let Some(value) = &self.server_header {
+            headers.entry(http::header::SERVER).or_insert_with(|| value.clone());
+        }
+    }
+
+    pub fn request_finished(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Listening sockets handed over from Python (which binds them, for clear errors and for
+/// sharing one socket between worker processes).
+enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener, String),
+}
+
+#[pyclass(frozen, module = "ferrule._ferrule")]
+pub struct HttpServer {
+    shared: Arc<ServerShared>,
+    /// `Some(timeout)` once shutdown starts: how long in-flight requests may take.
+    stop: watch::Sender<Option<Option<Duration>>>,
+    started: Mutex<bool>,
+}
+
+#[pymethods]
+impl HttpServer {
+    #[new]
+    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, access_log=true, server_header=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        bridge: &Bridge,
+        app: Py<PyAny>,
+        root_path: &str,
+        state: Option<Py<PyDict>>,
+        timeout_keep_alive: f64,
+        limit_concurrency: Option<usize>,
+        access_log: bool,
+        server_header: bool,
+    ) -> PyResult<Self> {
+        let logging = py.import("logging")?;
+        let error_logger = logging.call_method1("getLogger", ("ferrule.error",))?;
+        let access_logger = logging.call_method1("getLogger", ("ferrule.access",))?;
+        let access_enabled = access_log && access_logger.call_method1("isEnabledFor", (20,))?.is_truthy()?;
+        let keep_alive = Duration::try_from_secs_f64(timeout_keep_alive)
+            .map_err(|_| PyValueError::new_err("timeout_keep_alive must be a number >= 0"))?;
+        let bridge = bridge.shared().clone();
+        let done_future = Py::new(py, NativeFuture::resolved(bridge.clone(), py.None()))?;
+        let shared = ServerShared {
+            bridge,
+            app,
+            root_path: PyString::new(py, root_path).unbind(),
+            state,
+            error_logger: error_logger.unbind(),
+            access_logger: access_enabled.then(|| access_logger.unbind()),
+            done_future,
+            limit_concurrency,
+            in_flight: AtomicUsize::new(0),
+            keep_alive,
+            server_header: server_header.then(|| HeaderValue::from_static("ferrule")),
+        };
+        Ok(Self { shared: Arc::new(shared), stop: watch::channel(None).0, started: Mutex::new(false) })
+    }
+
+    /// Serves the listening TCP socket `fd` (ownership passes to the server). Returns a future
+    /// resolved once the server has stopped and every connection is closed.
+    fn serve_tcp(&self, py: Python<'_>, fd: RawFd) -> PyResult<Py<NativeFuture>> {
+        let listener = std_tcp_listener(fd)?;
+        self.start(py, move || Ok(Listener::Tcp(tokio::net::TcpListener::from_std(listener)?)))
+    }
+
+    /// As `serve_tcp`, for a listening Unix socket bound at `path`.
+    fn serve_unix(&self, py: Python<'_>, fd: RawFd, path: String) -> PyResult<Py<NativeFuture>> {
+        let listener = std_unix_listener(fd)?;
+        self.start(py, move || Ok(Listener::Unix(tokio::net::UnixListener::from_std(listener)?, path)))
+    }
+
+    /// Stops accepting; in-flight requests get `timeout` seconds (forever if None), then are
+    /// cancelled and their connections closed.
+    #[pyo3(signature = (timeout=None))]
+    fn shutdown(&self, timeout: Option<f64>) -> PyResult<()> {
+        let timeout = timeout
+            .map(Duration::try_from_secs_f64)
+            .transpose()
+            .map_err(|_| PyValueError::new_err("timeout must be a number >= 0"))?;
+        self.stop.send_replace(Some(timeout));
+        Ok(())
+    }
+
+    #[getter]
+    fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::Acquire)
+    }
+}
+
+impl HttpServer {
+    fn start(
+        &self,
+        py: Python<'_>,
+        make_listener: impl FnOnce() -> std::io::Result<Listener> + std::marker::Send + 'static,
+    ) -> PyResult<Py<NativeFuture>> {
+        let mut started = self.started.lock().unwrap();
+        if *started {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err("the server is already serving"));
+        }
+        *started = true;
+        let done = Py::new(py, NativeFuture::new(self.shared.bridge.clone()))?;
+        let resolving = done.clone_ref(py);
+        let shared = self.shared.clone();
+        let stop = self.stop.subscribe();
+        self.shared.bridge.handle.spawn(async move {
+            let outcome = match make_listener() {
+                Ok(listener) => {
+                    accept_loop(listener, shared.clone(), stop).await;
+                    Ok(())
+                }
+                Err(err) => Err(err),
+            };
+            Python::attach(|py| {
+                let outcome = outcome.map(|()| py.None()).map_err(|err| {
+                    pyo3::exceptions::PyOSError::new_err(err.to_string()).into_value(py).into_any()
+                });
+                let _ = NativeFuture::resolve(resolving.bind(py), outcome, false, ResumeVia::DriveNow);
+            });
+        });
+        Ok(done)
+    }
+}
+
+fn std_tcp_listener(fd: RawFd) -> PyResult<std::net::TcpListener> {
+    let listener = crate::bridge::ffi_take_fd::<std::net::TcpListener>(fd)?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+fn std_unix_listener(fd: RawFd) -> PyResult<std::os::unix::net::UnixListener> {
+    let listener = crate::bridge::ffi_take_fd::<std::os::unix::net::UnixListener>(fd)?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+async fn accept_loop(listener: Listener, shared: Arc<ServerShared>, mut stop: watch::Receiver<Option<Option<Duration>>>) {
+    let graceful = GracefulShutdown::new();
+    let (abort_tx, abort_rx) = watch::channel(false);
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(shared.keep_alive.max(Duration::from_secs(1)));
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.wait_for(Option::is_some) => break,
+            accepted = accept(&listener) => accepted,
+        };
+        let (io, conn) = match accepted {
+            Ok(accepted) => accepted,
+            Err(_) => {
+                // Out of descriptors or a connection reset before accept: keep serving.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let conn = Arc::new(conn);
+        let service_shared = shared.clone();
+        let service = service_fn(move |request| handle(request, conn.clone(), service_shared.clone()));
+        let connection = graceful.watch(builder.serve_connection(io, service));
+        let mut abort = abort_rx.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = connection => {}
+                _ = abort.wait_for(|aborted| *aborted) => {}
+            }
+        });
+    }
+    drop(listener);
+    let timeout = stop.borrow().flatten();
+    let drained = match timeout {
+        Some(timeout) => tokio::time::timeout(timeout, graceful.shutdown()).await.is_ok(),
+        None => {
+            graceful.shutdown().await;
+            true
+        }
+    };
+    if !drained {
+        Python::attach(|py| shared.bridge.cancel_all(py));
+        let _ = abort_tx.send(true);
+    }
+}
+
+type Accepted = (Box<dyn IoStream>, ConnInfo);
+
+trait IoStream: AsyncRead + AsyncWrite + Unpin + std::marker::Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + std::marker::Send> IoStream for T {}
+
+async fn accept(listener: &Listener) -> std::io::Result<(TokioIo<Box<dyn IoStream>>, ConnInfo)> {
+    let (stream, conn): Accepted = match listener {
+        Listener::Tcp(listener) => {
+            let (stream, peer) = listener.accept().await?;
+            let _ = stream.set_nodelay(true);
+            let local = stream.local_addr()?;
+            let conn = ConnInfo::new(Some((peer.ip().to_string(), peer.port())), (local.ip().to_string(), Some(local.port())));
+            (Box::new(stream), conn)
+        }
+        Listener::Unix(listener, path) => {
+            let (stream, _) = listener.accept().await?;
+            (Box::new(stream), ConnInfo::new(None, (path.clone(), None)))
+        }
+    };
+    Ok((TokioIo::new(stream), conn))
+}
+
+/// Tells the app the client is gone if hyper drops the request before the response head.
+struct DisconnectOnDrop(Option<Arc<Exchange>>);
+
+impl Drop for DisconnectOnDrop {
+    fn drop(&mut self) {
+        if let Some(exchange) = self.0.take() {
+            Python::attach(|py| exchange.mark_disconnected(py));
+        }
+    }
+}
+
+async fn handle(
+    request: Request<Incoming>,
+    conn: Arc<ConnInfo>,
+    shared: Arc<ServerShared>,
+) -> Result<Response<ResponseBody>, Infallible> {
+    let previous = shared.in_flight.fetch_add(1, Ordering::AcqRel);
+    if shared.limit_concurrency.is_some_and(|limit| previous >= limit) {
+        shared.request_finished();
+        return Ok(plain_response(StatusCode::SERVICE_UNAVAILABLE, &shared));
+    }
+    let (parts, body) = request.into_parts();
+    let (head_tx, head_rx) = oneshot::channel();
+    let exchange = Arc::new(Exchange::new(shared.clone(), head_tx, body));
+    let access = AccessInfo {
+        client: conn.client_label(),
+        method: parts.method.to_string(),
+        target: parts.uri.path_and_query().map_or_else(|| parts.uri.path().to_owned(), |pq| pq.to_string()),
+        version: http_version(parts.version),
+    };
+    let mut guard = DisconnectOnDrop(Some(exchange.clone()));
+    Python::attach(|py| {
+        if let Err(err) = start_app(py, &exchange, &parts, &conn, access) {
+            err.write_unraisable(py, None);
+            shared.request_finished();
+            exchange.finish_app(py, true);
+        }
+    });
+    let response = head_rx.await.unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &shared));
+    guard.0 = None;
+    Ok(response)
+}
+
+/// Calls the app and hands its coroutine to the bridge, which drives it right here.
+fn start_app(
+    py: Python<'_>,
+    exchange: &Arc<Exchange>,
+    parts: &http::request::Parts,
+    conn: &ConnInfo,
+    access: AccessInfo,
+) -> PyResult<()> {
+    let shared = &exchange.server;
+    let scope = build_scope(py, parts, conn, shared)?;
+    let receive = Py::new(py, Receive { exchange: exchange.clone() })?;
+    let send = Py::new(py, Send { exchange: exchange.clone() })?;
+    let coro = shared.app.bind(py).call1((scope, receive, send))?;
+    let finishing = exchange.clone();
+    let completion = Completion::Callback(Box::new(move |py, result| on_app_done(py, &finishing, &access, result)));
+    let job = Bound::new(py, Job::new(py, &shared.bridge, &coro, completion)?)?;
+    shared.bridge.remember_job(&job);
+    shared.bridge.drive_from_tokio(py, &job, Resume::Send(py.None()));
+    Ok(())
+}

@@ -1,0 +1,115 @@
+"""Server options (named as uvicorn names them) and loading the app from an import string."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+LOG_LEVELS = {
+    "critical": logging.CRITICAL,
+    "error": logging.ERROR,
+    "warning": logging.WARNING,
+    "info": logging.INFO,
+    "debug": logging.DEBUG,
+    "trace": 5,
+}
+
+
+class AppLoadError(Exception):
+    """The app could not be imported or made: the message says why, for the user."""
+
+
+@dataclass
+class Config:
+    app: Any
+    host: str = "127.0.0.1"
+    port: int = 8000
+    uds: str | None = None
+    fd: int | None = None
+    workers: int = 1
+    loop: Literal["auto", "asyncio", "uvloop"] = "auto"
+    app_dir: str | None = "."
+    factory: bool = False
+    lifespan: Literal["auto", "on", "off"] = "auto"
+    root_path: str = ""
+    timeout_keep_alive: float = 5.0
+    timeout_graceful_shutdown: float | None = None
+    limit_concurrency: int | None = None
+    backlog: int = 2048
+    log_level: str | int | None = "info"
+    access_log: bool = True
+    proxy_headers: bool = True
+    forwarded_allow_ips: str | list[str] | None = None
+    budget: int = 128
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError("workers must be at least 1")
+        if self.loop not in ("auto", "asyncio", "uvloop"):
+            raise ValueError(f"loop must be auto, asyncio or uvloop, not {self.loop!r}")
+        if self.lifespan not in ("auto", "on", "off"):
+            raise ValueError(f"lifespan must be auto, on or off, not {self.lifespan!r}")
+
+    @property
+    def log_level_number(self) -> int:
+        if self.log_level is None:
+            return logging.INFO
+        if isinstance(self.log_level, int):
+            return self.log_level
+        try:
+            return LOG_LEVELS[self.log_level.lower()]
+        except KeyError:
+            raise ValueError(f"unknown log level {self.log_level!r}") from None
+
+    @property
+    def trusted_proxies(self) -> list[str]:
+        ips = self.forwarded_allow_ips
+        if ips is None:
+            return ["127.0.0.1"]
+        if isinstance(ips, str):
+            return [ip.strip() for ip in ips.split(",") if ip.strip()]
+        return list(ips)
+
+    def load_app(self) -> Any:
+        """The ASGI app: the object itself, or imported from ``module:attribute``."""
+        if self.app_dir is not None:
+            sys.path.insert(0, self.app_dir)
+        app = import_from_string(self.app) if isinstance(self.app, str) else self.app
+        if self.factory:
+            try:
+                app = app()
+            except TypeError as exc:
+                raise AppLoadError(f"Error loading ASGI app factory: {exc}") from exc
+        if not callable(app):
+            raise AppLoadError(f"Error loading ASGI app: {self.app!r} is not callable.")
+        return app
+
+
+def import_from_string(import_string: str) -> Any:
+    module_name, _, attrs = import_string.partition(":")
+    if not module_name or not attrs:
+        raise AppLoadError(
+            f'Error loading ASGI app. Import string "{import_string}" must be in format '
+            '"<module>:<attribute>".'
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name and not module_name.startswith(f"{exc.name}."):
+            raise
+        raise AppLoadError(
+            f'Error loading ASGI app. Could not import module "{module_name}".'
+        ) from exc
+    obj: Any = module
+    try:
+        for attr in attrs.split("."):
+            obj = getattr(obj, attr)
+    except AttributeError as exc:
+        raise AppLoadError(
+            f'Error loading ASGI app. Attribute "{attrs}" not found in module "{module_name}".'
+        ) from exc
+    return obj

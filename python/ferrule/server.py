@@ -1,0 +1,228 @@
+"""Running the server: one process (`serve`), or a supervisor of worker processes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from ferrule._bridge import new_event_loop
+from ferrule._ferrule import Bridge, HttpServer
+from ferrule._logging import configure_logging
+from ferrule.config import AppLoadError, Config
+from ferrule.lifespan import Lifespan, LifespanFailure
+from ferrule.proxy import ProxyHeadersMiddleware
+
+logger = logging.getLogger("ferrule.error")
+
+
+def run(app: Any, **options: Any) -> int:
+    """Serve ``app`` (an ASGI app or a ``"module:attribute"`` string) until stopped by a signal.
+
+    Options are uvicorn's, as keywords: ``host``, ``port``, ``uds``, ``workers``, ``loop``,
+    ``lifespan``, ``root_path``, ``timeout_keep_alive``, ``timeout_graceful_shutdown``, ... .
+    Returns the exit status (0 after a clean shutdown).
+    """
+    config = Config(app=app, **options)
+    configure_logging(config.log_level_number)
+    if config.workers > 1:
+        if not isinstance(config.app, str):
+            logger.error("You must pass the application as an import string to use workers.")
+            return 1
+        return Supervisor(config).run()
+    return serve(config)
+
+
+def serve(config: Config) -> int:
+    """Serve in this process: load the app, run lifespan, serve until SIGINT or SIGTERM."""
+    try:
+        app = config.load_app()
+    except AppLoadError as exc:
+        logger.error("%s", exc)
+        return 1
+    if config.proxy_headers:
+        app = ProxyHeadersMiddleware(app, config.trusted_proxies)
+    try:
+        sock = listening_socket(config)
+    except OSError as exc:
+        logger.error("%s", exc)
+        return 1
+    loop = new_event_loop(config.loop)
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(_serve(config, app, sock))
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+async def _serve(config: Config, app: Any, sock: socket.socket) -> int:
+    loop = asyncio.get_running_loop()
+    bridge = Bridge(loop, budget=config.budget)
+    try:
+        lifespan = Lifespan(app, config.lifespan)
+        try:
+            await lifespan.startup()
+        except LifespanFailure as exc:
+            logger.error("%s", exc)
+            sock.close()
+            return 1
+        stop = asyncio.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        server = HttpServer(
+            bridge,
+            app,
+            root_path=config.root_path,
+            state=lifespan.state,
+            timeout_keep_alive=config.timeout_keep_alive,
+            limit_concurrency=config.limit_concurrency,
+            access_log=config.access_log,
+        )
+        where = describe(sock, config)
+        if sock.family == socket.AF_UNIX:
+            stopped = server.serve_unix(sock.detach(), config.uds)
+        else:
+            stopped = server.serve_tcp(sock.detach())
+        logger.info("ferrule running on %s (Press CTRL+C to quit)", where)
+        await stop.wait()
+        logger.info("Shutting down")
+        server.shutdown(config.timeout_graceful_shutdown)
+        await stopped
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+        await lifespan.shutdown()
+        logger.info("Finished server process [%d]", os.getpid())
+        return 0
+    finally:
+        bridge.close()
+
+
+def describe(sock: socket.socket, config: Config) -> str:
+    if sock.family == socket.AF_UNIX:
+        return f"unix socket {config.uds}"
+    host, port = sock.getsockname()[:2]
+    if sock.family == socket.AF_INET6:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def listening_socket(config: Config) -> socket.socket:
+    """The socket to serve: inherited (``fd``), a Unix socket, or TCP; bound and listening."""
+    if config.fd is not None:
+        sock = socket.socket(fileno=config.fd)
+        sock.setblocking(False)
+        return sock
+    if config.uds:
+        if os.path.exists(config.uds):
+            os.unlink(config.uds)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(config.uds)
+            os.chmod(config.uds, 0o666)
+        except OSError:
+            sock.close()
+            raise
+    else:
+        family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((config.host, config.port))
+        except OSError as exc:
+            sock.close()
+            raise OSError(
+                exc.errno,
+                f"error while attempting to bind on address ({config.host!r}, {config.port}): "
+                f"{exc.strerror.lower() if exc.strerror else exc}",
+            ) from None
+    sock.listen(config.backlog)
+    sock.setblocking(False)
+    return sock
+
+
+class Supervisor:
+    """``--workers N``: N processes each importing the app itself (never forked after import),
+    sharing one listening socket; a worker that dies is replaced; SIGINT/SIGTERM stops all."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.stopping = False
+
+    def run(self) -> int:
+        try:
+            sock = listening_socket(self.config)
+        except OSError as exc:
+            logger.error("%s", exc)
+            return 1
+        sock.set_inheritable(True)
+        logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
+        logger.info("Started parent process [%d]", os.getpid())
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._on_signal)
+        self.workers = [self._spawn(sock) for _ in range(self.config.workers)]
+        while not self.stopping:
+            for i, worker in enumerate(self.workers):
+                if worker.poll() is not None and not self.stopping:
+                    logger.warning(
+                        "Worker [%d] died (%s); starting a new one", worker.pid, worker.returncode
+                    )
+                    self.workers[i] = self._spawn(sock)
+            time.sleep(0.1)
+        for worker in self.workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + (self.config.timeout_graceful_shutdown or 30) + 5
+        for worker in self.workers:
+            try:
+                worker.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+        sock.close()
+        logger.info("Stopping parent process [%d]", os.getpid())
+        return 0
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+
+    def _spawn(self, sock: socket.socket) -> subprocess.Popen[bytes]:
+        args = worker_arguments(self.config, sock.fileno())
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "ferrule", *args],
+            pass_fds=(sock.fileno(),),
+            start_new_session=False,
+        )
+        logger.info("Started worker process [%d]", worker.pid)
+        return worker
+
+
+def worker_arguments(config: Config, fd: int) -> list[str]:
+    """The command line for one worker: the parent's options, serving the inherited socket."""
+    args = [str(config.app), "--fd", str(fd), "--workers", "1", "--loop", config.loop]
+    args += ["--lifespan", config.lifespan, "--root-path", config.root_path]
+    args += ["--timeout-keep-alive", str(config.timeout_keep_alive)]
+    args += ["--backlog", str(config.backlog)]
+    if config.app_dir is not None:
+        args += ["--app-dir", os.path.abspath(config.app_dir)]
+    if config.factory:
+        args.append("--factory")
+    if config.timeout_graceful_shutdown is not None:
+        args += ["--timeout-graceful-shutdown", str(config.timeout_graceful_shutdown)]
+    if config.limit_concurrency is not None:
+        args += ["--limit-concurrency", str(config.limit_concurrency)]
+    if isinstance(config.log_level, str):
+        args += ["--log-level", config.log_level]
+    args.append("--access-log" if config.access_log else "--no-access-log")
+    args.append("--proxy-headers" if config.proxy_headers else "--no-proxy-headers")
+    if config.forwarded_allow_ips is not None:
+        args += ["--forwarded-allow-ips", ",".join(config.trusted_proxies)]
+    return args
