@@ -9,6 +9,8 @@
 # cache and one cargo target dir per interpreter persist inside it. Needs root (debootstrap,
 # chroot, mount) and network access to the Debian mirror, crates.io and PyPI.
 # Run with --help for options.
+# Functions run through traps and run_phase look unreachable to shellcheck:
+# shellcheck disable=SC2317
 set -euo pipefail
 
 ALL_PYTHONS=(3.13 3.14)
@@ -33,6 +35,7 @@ Options:
   --rebuild        delete and recreate the chroot first
   --chroot DIR     chroot directory        (env FERRULE_SID_CHROOT, default /var/cache/ferrule-sid)
   --log-dir DIR    where the logs go       (env FERRULE_INTERP_LOGS, default /tmp/ferrule-interp-logs)
+  --committed      test the committed tree (git archive HEAD) instead of the working tree
   --verbose        also stream setup/build output (always in the logs)
   --shell          set up the chroot, copy the source, then open a shell in it (no tests)
   -h, --help       show this help
@@ -42,8 +45,8 @@ Environment:
   FERRULE_HOST_CA       CA bundle copied into the chroot (default /etc/ssl/certs/ca-certificates.crt)
   FERRULE_TEST_TIMEOUT  seconds allowed for one interpreter's pytest run (default 1500)
 
-The source copied in is the working tree as git sees it (tracked and untracked files, minus
-.gitignore'd ones such as target/), so uncommitted changes are tested.
+By default the source copied in is the working tree as git sees it (tracked and untracked
+files, minus .gitignore'd ones such as target/), so uncommitted changes are tested.
 EOF
 }
 
@@ -62,6 +65,7 @@ PYTHONS=()
 REBUILD=0
 VERBOSE=0
 SHELL_ONLY=0
+COMMITTED=0
 
 while (($#)); do
     case "$1" in
@@ -70,6 +74,7 @@ while (($#)); do
         --rebuild) REBUILD=1; shift ;;
         --chroot) (($# >= 2)) || die "--chroot needs a directory"; CHROOT="$2"; shift 2 ;;
         --log-dir) (($# >= 2)) || die "--log-dir needs a directory"; LOG_DIR="$2"; shift 2 ;;
+        --committed) COMMITTED=1; shift ;;
         --verbose) VERBOSE=1; shift ;;
         --shell) SHELL_ONLY=1; shift ;;
         -h | --help) usage; exit 0 ;;
@@ -107,7 +112,7 @@ SETUP_ID="v$SETUP_VERSION minbase sid: ${PACKAGES[*]}"
 PHASE_LINES=()
 fmt_secs() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 record() { # record NAME SECONDS STATUS
-    PHASE_LINES+=("$(printf '  %-34s %8s  %s' "$1" "$(fmt_secs "$2")" "$3")")
+    PHASE_LINES+=("$(printf '  %-46s %8s  %s' "$1" "$(fmt_secs "$2")" "$3")")
     printf '[%s] %s: %s in %s\n' "$(date +%T)" "$1" "$3" "$(fmt_secs "$2")"
 }
 note() { printf '[%s] %s\n' "$(date +%T)" "$*"; }
@@ -141,10 +146,10 @@ CHROOT_ENV=(
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
     LANG=C.UTF-8 LC_ALL=C.UTF-8 TERM=dumb
     DEBIAN_FRONTEND=noninteractive
-    SSL_CERT_FILE=$C_CA PIP_CERT=$C_CA REQUESTS_CA_BUNDLE=$C_CA CURL_CA_BUNDLE=$C_CA
-    CARGO_HTTP_CAINFO=$C_CA
-    CARGO_HOME=$C_CACHE/cargo CARGO_TERM_COLOR=never CARGO_NET_RETRY=5
-    PIP_CACHE_DIR=$C_CACHE/pip PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+    "SSL_CERT_FILE=$C_CA" "PIP_CERT=$C_CA" "REQUESTS_CA_BUNDLE=$C_CA" "CURL_CA_BUNDLE=$C_CA"
+    "CARGO_HTTP_CAINFO=$C_CA"
+    "CARGO_HOME=$C_CACHE/cargo" CARGO_TERM_COLOR=never CARGO_NET_RETRY=5
+    "PIP_CACHE_DIR=$C_CACHE/pip" PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
     PIP_DEFAULT_TIMEOUT=180 PIP_PROGRESS_BAR=off
     RUST_BACKTRACE=1
 )
@@ -249,7 +254,8 @@ if [[ ! -f $BOOTSTRAP_MARKER ]]; then
     fi
     [[ -e $CHROOT ]] && { note "incomplete chroot at $CHROOT; recreating it"; wipe_chroot; }
     MIRROR="${MIRROR:-$(host_mirror)}"
-    run_phase "debootstrap (minbase sid, $MIRROR)" "$SETUP_LOG" \
+    note "mirror: $MIRROR"
+    run_phase "debootstrap (minbase sid)" "$SETUP_LOG" \
         debootstrap --variant=minbase sid "$CHROOT" "$MIRROR" || exit 1
     date -u +%FT%TZ >"$BOOTSTRAP_MARKER"
 fi
@@ -274,6 +280,7 @@ if [[ ! -f $READY_MARKER ]] || [[ "$(head -n 1 "$READY_MARKER")" != "$SETUP_ID" 
         in_chroot "apt-get update && apt-get install -y ${PACKAGES[*]} && apt-get clean" || exit 1
     {
         echo "$SETUP_ID"
+        # shellcheck disable=SC2016 # $v expands inside the chroot
         in_chroot 'rustc --version; cargo --version; for v in '"${ALL_PYTHONS[*]}"'; do python$v -VV; done'
         date -u +%FT%TZ
     } >"$READY_MARKER.tmp"
@@ -285,22 +292,32 @@ sed -n '2,$p' "$READY_MARKER" | sed '$d' | sed 's/^/    /'
 
 # The source: the working tree as git sees it (so uncommitted and new files are tested),
 # without ignored files such as target/. Without git, the tree minus the usual build outputs.
+# Extracted with fresh mtimes (tar -m): cargo decides what to rebuild by mtime, and the cached
+# target dirs may hold a build of another checkout whose files are newer than this one's.
 copy_source() {
     rm -rf "$CHROOT$C_SRC"
     mkdir -p "$CHROOT$C_SRC"
-    if git -c safe.directory='*' -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
+    if ((COMMITTED)); then
+        git -c safe.directory='*' -C "$REPO" archive --format=tar HEAD | tar -C "$CHROOT$C_SRC" -xmf -
+    elif git -c safe.directory='*' -C "$REPO" rev-parse --git-dir >/dev/null 2>&1; then
         git -c safe.directory='*' -C "$REPO" ls-files -z --cached --others --exclude-standard |
             (cd "$REPO" && while IFS= read -r -d '' f; do [[ -e $f || -L $f ]] && printf '%s\0' "$f"; done) |
             tar -C "$REPO" --null --no-recursion -T - -cf - |
-            tar -C "$CHROOT$C_SRC" -xf -
+            tar -C "$CHROOT$C_SRC" -xmf -
     else
         tar -C "$REPO" --exclude=./target --exclude=./.git --exclude=./.venv --exclude=./dist \
-            --exclude='__pycache__' --exclude='*.so' -cf - . | tar -C "$CHROOT$C_SRC" -xf -
+            --exclude='__pycache__' --exclude='*.so' -cf - . | tar -C "$CHROOT$C_SRC" -xmf -
     fi
     [[ -f $CHROOT$C_SRC/pyproject.toml && -d $CHROOT$C_SRC/tests ]]
 }
 run_phase "copy source into the chroot" "$SETUP_LOG" copy_source || exit 1
-note "source: $(git -c safe.directory='*' -C "$REPO" describe --always --dirty 2>/dev/null || echo '(not a git checkout)'), $(find "$CHROOT$C_SRC/tests" -name 'test_*.py' | wc -l) test modules"
+if ((COMMITTED)); then
+    source_desc="committed tree of $(git -c safe.directory='*' -C "$REPO" rev-parse --short HEAD)"
+else
+    source_desc="working tree of $(git -c safe.directory='*' -C "$REPO" describe --always --dirty 2>/dev/null ||
+        echo "$REPO")"
+fi
+note "source: $source_desc, $(find "$CHROOT$C_SRC/tests" -name 'test_*.py' | wc -l) test modules"
 
 if ((SHELL_ONLY)); then
     note "shell in the chroot (source in $C_SRC, venvs in /build/venv-X.Y); exit to leave"
@@ -368,7 +385,7 @@ done
 echo
 echo "==== test-interpreters: timings ===="
 printf '%s\n' "${PHASE_LINES[@]}"
-printf '  %-34s %8s\n' "total" "$(fmt_secs $((SECONDS - TOTAL_START)))"
+printf '  %-46s %8s\n' "total" "$(fmt_secs $((SECONDS - TOTAL_START)))"
 echo "==== test-interpreters: results ===="
 for v in "${PYTHONS[@]}"; do
     printf 'python%s: %s -- %s\n' "$v" "${RESULT[$v]:-not run}" "${SUMMARY[$v]:-}"

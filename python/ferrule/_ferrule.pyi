@@ -81,3 +81,31 @@ class NativeFuture(Generic[T]):
         self, fn: Callable[[NativeFuture[T]], object], *, context: Context | None = None
     ) -> None: ...
     def remove_done_callback(self, fn: Callable[[NativeFuture[T]], object]) -> int: ...
+
+class ClientDisconnected(OSError):
+    """Raised by an ASGI ``send()`` once the client has gone away."""
+
+class HttpServer:
+    """The HTTP/1.1 ASGI server: hyper on the bridge's tokio runtime (see ``ferrule.server``)."""
+
+    def __init__(
+        self,
+        bridge: Bridge,
+        app: Callable[..., Any],
+        *,
+        root_path: str = "",
+        state: dict[str, Any] | None = None,
+        timeout_keep_alive: float = 5.0,
+        limit_concurrency: int | None = None,
+        access_log: bool = True,
+        server_header: bool = True,
+    ) -> None: ...
+    def serve_tcp(self, fd: int) -> NativeFuture[None]:
+        """Serve a listening TCP socket (ownership of ``fd`` passes to the server); the future
+        resolves once the server has stopped and every connection is closed."""
+    def serve_unix(self, fd: int, path: str) -> NativeFuture[None]:
+        """As ``serve_tcp``, for a listening Unix socket bound at ``path``."""
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop accepting; in-flight requests get ``timeout`` seconds, then are cancelled."""
+    @property
+    def in_flight(self) -> int: ...
