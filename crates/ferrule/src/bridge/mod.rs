@@ -43,8 +43,8 @@ use self::driver::{drive, Place};
 use self::gate::{GatedSelector, LoopGate};
 use self::job::CancelJobWithFuture;
 pub use self::job::{Completion, Job, Resume};
-pub use self::native::NativeFuture;
 use self::native::context_kwargs;
+pub use self::native::NativeFuture;
 pub use self::native::ResumeVia;
 use self::queue::ReadyQueue;
 use self::waker::{DrainOnLoop, LoopWaker};
@@ -121,7 +121,13 @@ impl Shared {
 
     /// Cancels every unfinished coroutine, as `Task.cancel` would (graceful shutdown's end).
     pub fn cancel_all(&self, py: Python<'_>) {
-        let jobs: Vec<Py<Job>> = self.jobs.lock().unwrap().values().map(|j| j.clone_ref(py)).collect();
+        let jobs: Vec<Py<Job>> = self
+            .jobs
+            .lock()
+            .unwrap()
+            .values()
+            .map(|j| j.clone_ref(py))
+            .collect();
         for job in jobs {
             if let Err(err) = job.get().cancel(py, None) {
                 err.write_unraisable(py, None);

@@ -18,7 +18,12 @@ pub struct AccessInfo {
 }
 
 /// The `Completion::Callback` of every request's job.
-pub fn on_app_done(py: Python<'_>, exchange: &Arc<Exchange>, access: &AccessInfo, result: PyResult<Py<PyAny>>) {
+pub fn on_app_done(
+    py: Python<'_>,
+    exchange: &Arc<Exchange>,
+    access: &AccessInfo,
+    result: PyResult<Py<PyAny>>,
+) {
     let server = &exchange.server;
     server.request_finished();
     let failed = result.is_err();
@@ -38,7 +43,10 @@ pub fn on_app_done(py: Python<'_>, exchange: &Arc<Exchange>, access: &AccessInfo
             err.write_unraisable(py, None);
         }
     } else if let Some(problem) = problem {
-        let _ = server.error_logger.bind(py).call_method1(intern!(py, "error"), (problem,));
+        let _ = server
+            .error_logger
+            .bind(py)
+            .call_method1(intern!(py, "error"), (problem,));
     }
     if let Some(access_logger) = &server.access_logger {
         let _ = access_logger.bind(py).call_method1(

@@ -114,7 +114,9 @@ impl Exchange {
         for waiter in waiters {
             let message = disconnect_message(py).map(Bound::unbind);
             let outcome = message.map_err(|err| err.into_value(py).into_any());
-            if let Err(err) = NativeFuture::resolve(waiter.bind(py), outcome, false, ResumeVia::Schedule) {
+            if let Err(err) =
+                NativeFuture::resolve(waiter.bind(py), outcome, false, ResumeVia::Schedule)
+            {
                 err.write_unraisable(py, None);
             }
         }
@@ -129,19 +131,34 @@ impl Exchange {
                 Phase::Complete => None,
                 Phase::Waiting | Phase::HeadPending => {
                     if let Some(head_tx) = state.head_tx.take() {
-                        let _ = head_tx.send(plain_response(StatusCode::INTERNAL_SERVER_ERROR, &self.server));
+                        let _ = head_tx.send(plain_response(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            &self.server,
+                        ));
                     }
                     state.status = 500;
-                    Some(if failed { "" } else { "ASGI callable returned without completing response." })
+                    Some(if failed {
+                        ""
+                    } else {
+                        "ASGI callable returned without completing response."
+                    })
                 }
                 Phase::Streaming => {
                     self.aborted.store(true, Ordering::Release);
                     state.body_tx = None;
-                    Some(if failed { "" } else { "ASGI callable returned without completing response." })
+                    Some(if failed {
+                        ""
+                    } else {
+                        "ASGI callable returned without completing response."
+                    })
                 }
             };
             state.phase = Phase::Complete;
-            (state.status, problem, std::mem::take(&mut state.disconnect_waiters))
+            (
+                state.status,
+                problem,
+                std::mem::take(&mut state.disconnect_waiters),
+            )
         };
         self.resolve_disconnect_waiters(py, waiters);
         (status, problem.filter(|p| !p.is_empty()))
@@ -154,7 +171,11 @@ fn disconnect_message(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     Ok(message.into_any())
 }
 
-fn request_message<'py>(py: Python<'py>, body: &[u8], more_body: bool) -> PyResult<Bound<'py, PyAny>> {
+fn request_message<'py>(
+    py: Python<'py>,
+    body: &[u8],
+    more_body: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     let message = PyDict::new(py);
     message.set_item(intern!(py, "type"), intern!(py, "http.request"))?;
     message.set_item(intern!(py, "body"), PyBytes::new(py, body))?;
@@ -168,7 +189,10 @@ pub fn plain_response(status: StatusCode, server: &ServerShared) -> Response<Res
     let mut response = Response::new(ResponseBody::full(Bytes::from_static(text.as_bytes())));
     *response.status_mut() = status;
     let headers = response.headers_mut();
-    headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     server.add_server_header(headers);
     response
 }
@@ -187,7 +211,10 @@ impl Receive {
         let mut state = exchange.state.lock().unwrap();
         if state.disconnected || state.phase == Phase::Complete {
             drop(state);
-            return Py::new(py, NativeFuture::resolved(bridge, disconnect_message(py)?.unbind()));
+            return Py::new(
+                py,
+                NativeFuture::resolved(bridge, disconnect_message(py)?.unbind()),
+            );
         }
         match std::mem::replace(&mut state.body, RequestBody::Reading) {
             RequestBody::Done => {
@@ -202,7 +229,10 @@ impl Receive {
             RequestBody::Unread(incoming) if incoming.is_end_stream() => {
                 state.body = RequestBody::Done;
                 drop(state);
-                Py::new(py, NativeFuture::resolved(bridge, request_message(py, b"", false)?.unbind()))
+                Py::new(
+                    py,
+                    NativeFuture::resolved(bridge, request_message(py, b"", false)?.unbind()),
+                )
             }
             RequestBody::Unread(incoming) => {
                 drop(state);
@@ -217,7 +247,11 @@ impl Receive {
 }
 
 /// Reads the next data frame of the request body and hands it to the waiting `receive()`.
-async fn read_body_chunk(exchange: Arc<Exchange>, mut incoming: Incoming, future: Py<NativeFuture>) {
+async fn read_body_chunk(
+    exchange: Arc<Exchange>,
+    mut incoming: Incoming,
+    future: Py<NativeFuture>,
+) {
     let chunk = loop {
         match incoming.frame().await {
             Some(Ok(frame)) => match frame.into_data() {
@@ -234,7 +268,11 @@ async fn read_body_chunk(exchange: Arc<Exchange>, mut incoming: Incoming, future
             let mut state = exchange.state.lock().unwrap();
             match chunk {
                 Ok(data) => {
-                    state.body = if more_body { RequestBody::Unread(incoming) } else { RequestBody::Done };
+                    state.body = if more_body {
+                        RequestBody::Unread(incoming)
+                    } else {
+                        RequestBody::Done
+                    };
                     drop(state);
                     request_message(py, &data, more_body)
                 }
@@ -247,8 +285,12 @@ async fn read_body_chunk(exchange: Arc<Exchange>, mut incoming: Incoming, future
                 }
             }
         };
-        let outcome = message.map(Bound::unbind).map_err(|err| err.into_value(py).into_any());
-        if let Err(err) = NativeFuture::resolve(future.bind(py), outcome, false, ResumeVia::DriveNow) {
+        let outcome = message
+            .map(Bound::unbind)
+            .map_err(|err| err.into_value(py).into_any());
+        if let Err(err) =
+            NativeFuture::resolve(future.bind(py), outcome, false, ResumeVia::DriveNow)
+        {
             err.write_unraisable(py, None);
         }
     });
@@ -264,11 +306,15 @@ pub struct Send {
 impl Send {
     fn __call__(&self, py: Python<'_>, message: Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
         let kind = message.get_item(intern!(py, "type"))?;
-        let kind = kind.cast::<pyo3::types::PyString>().map_err(|_| PyTypeError::new_err("ASGI message 'type' must be a str"))?;
+        let kind = kind
+            .cast::<pyo3::types::PyString>()
+            .map_err(|_| PyTypeError::new_err("ASGI message 'type' must be a str"))?;
         match kind.to_str()? {
             "http.response.start" => self.start(py, &message),
             "http.response.body" => self.body(py, &message),
-            other => Err(PyValueError::new_err(format!("Unexpected ASGI message type '{other}'"))),
+            other => Err(PyValueError::new_err(format!(
+                "Unexpected ASGI message type '{other}'"
+            ))),
         }
     }
 }
@@ -408,9 +454,9 @@ fn parse_headers(py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<HeaderM
     };
     for item in items.try_iter()? {
         let item = item?;
-        let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item
-            .extract()
-            .map_err(|_| PyTypeError::new_err("each response header must be a (name, value) pair"))?;
+        let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract().map_err(|_| {
+            PyTypeError::new_err("each response header must be a (name, value) pair")
+        })?;
         let name = name
             .cast::<PyBytes>()
             .map_err(|_| PyTypeError::new_err("response header names must be bytes"))?
@@ -419,10 +465,15 @@ fn parse_headers(py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<HeaderM
             .cast::<PyBytes>()
             .map_err(|_| PyTypeError::new_err("response header values must be bytes"))?
             .as_bytes();
-        let name = HeaderName::from_bytes(name)
-            .map_err(|_| PyValueError::new_err(format!("invalid response header name {:?}", String::from_utf8_lossy(name))))?;
-        let value = HeaderValue::from_bytes(value)
-            .map_err(|_| PyValueError::new_err(format!("invalid value for response header {name}")))?;
+        let name = HeaderName::from_bytes(name).map_err(|_| {
+            PyValueError::new_err(format!(
+                "invalid response header name {:?}",
+                String::from_utf8_lossy(name)
+            ))
+        })?;
+        let value = HeaderValue::from_bytes(value).map_err(|_| {
+            PyValueError::new_err(format!("invalid value for response header {name}"))
+        })?;
         headers.append(name, value);
     }
     Ok(headers)
@@ -449,7 +500,12 @@ impl ResponseBody {
 
     fn stream(rx: mpsc::Receiver<Bytes>, exchange: Arc<Exchange>) -> Self {
         let aborted = exchange.aborted.clone();
-        ResponseBody::Stream(StreamBody { rx, aborted, exchange, ended: false })
+        ResponseBody::Stream(StreamBody {
+            rx,
+            aborted,
+            exchange,
+            ended: false,
+        })
     }
 }
 
@@ -469,9 +525,16 @@ impl Body for ResponseBody {
     type Data = Bytes;
     type Error = ResponseAborted;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, ResponseAborted>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ResponseAborted>>> {
         match self.get_mut() {
-            ResponseBody::Full(body) => Poll::Ready(body.take().filter(|b| !b.is_empty()).map(|b| Ok(Frame::data(b)))),
+            ResponseBody::Full(body) => Poll::Ready(
+                body.take()
+                    .filter(|b| !b.is_empty())
+                    .map(|b| Ok(Frame::data(b))),
+            ),
             ResponseBody::Stream(stream) => match stream.rx.poll_recv(cx) {
                 Poll::Ready(Some(chunk)) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
                 Poll::Ready(None) => {
@@ -496,7 +559,9 @@ impl Body for ResponseBody {
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ResponseBody::Full(body) => SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64)),
+            ResponseBody::Full(body) => {
+                SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))
+            }
             ResponseBody::Stream(_) => SizeHint::default(),
         }
     }

@@ -17,6 +17,9 @@ pub use self::serve::HttpServer;
 /// Registers the server's classes on `module`.
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<HttpServer>()?;
-    module.add("ClientDisconnected", module.py().get_type::<ClientDisconnected>())?;
+    module.add(
+        "ClientDisconnected",
+        module.py().get_type::<ClientDisconnected>(),
+    )?;
     Ok(())
 }

@@ -45,7 +45,9 @@ pub struct ServerShared {
 impl ServerShared {
     pub fn add_server_header(&self, headers: &mut HeaderMap) {
         if let Some(value) = &self.server_header {
-            headers.entry(http::header::SERVER).or_insert_with(|| value.clone());
+            headers
+                .entry(http::header::SERVER)
+                .or_insert_with(|| value.clone());
         }
     }
 
@@ -88,7 +90,10 @@ impl HttpServer {
         let logging = py.import("logging")?;
         let error_logger = logging.call_method1("getLogger", ("ferrule.error",))?;
         let access_logger = logging.call_method1("getLogger", ("ferrule.access",))?;
-        let access_enabled = access_log && access_logger.call_method1("isEnabledFor", (20,))?.is_truthy()?;
+        let access_enabled = access_log
+            && access_logger
+                .call_method1("isEnabledFor", (20,))?
+                .is_truthy()?;
         let keep_alive = Duration::try_from_secs_f64(timeout_keep_alive)
             .map_err(|_| PyValueError::new_err("timeout_keep_alive must be a number >= 0"))?;
         let bridge = bridge.shared().clone();
@@ -106,20 +111,31 @@ impl HttpServer {
             keep_alive,
             server_header: server_header.then(|| HeaderValue::from_static("ferrule")),
         };
-        Ok(Self { shared: Arc::new(shared), stop: watch::channel(None).0, started: Mutex::new(false) })
+        Ok(Self {
+            shared: Arc::new(shared),
+            stop: watch::channel(None).0,
+            started: Mutex::new(false),
+        })
     }
 
     /// Serves the listening TCP socket `fd` (ownership passes to the server). Returns a future
     /// resolved once the server has stopped and every connection is closed.
     fn serve_tcp(&self, py: Python<'_>, fd: RawFd) -> PyResult<Py<NativeFuture>> {
         let listener = std_tcp_listener(fd)?;
-        self.start(py, move || Ok(Listener::Tcp(tokio::net::TcpListener::from_std(listener)?)))
+        self.start(py, move || {
+            Ok(Listener::Tcp(tokio::net::TcpListener::from_std(listener)?))
+        })
     }
 
     /// As `serve_tcp`, for a listening Unix socket bound at `path`.
     fn serve_unix(&self, py: Python<'_>, fd: RawFd, path: String) -> PyResult<Py<NativeFuture>> {
         let listener = std_unix_listener(fd)?;
-        self.start(py, move || Ok(Listener::Unix(tokio::net::UnixListener::from_std(listener)?, path)))
+        self.start(py, move || {
+            Ok(Listener::Unix(
+                tokio::net::UnixListener::from_std(listener)?,
+                path,
+            ))
+        })
     }
 
     /// Stops accepting; in-flight requests get `timeout` seconds (forever if None), then are
@@ -148,11 +164,13 @@ impl HttpServer {
     ) -> PyResult<Py<NativeFuture>> {
         let mut started = self.started.lock().unwrap();
         if *started {
-            return Err(pyo3::exceptions::PyRuntimeError::new_err("the server is already serving"));
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "the server is already serving",
+            ));
         }
         *started = true;
         let done = Py::new(py, NativeFuture::new(self.shared.bridge.clone()))?;
-        let resolving = done.clone_ref(py);
+        let mut stopped = StoppedSignal(Some(done.clone_ref(py)));
         let shared = self.shared.clone();
         let stop = self.stop.subscribe();
         self.shared.bridge.handle.spawn(async move {
@@ -163,14 +181,37 @@ impl HttpServer {
                 }
                 Err(err) => Err(err),
             };
-            Python::attach(|py| {
-                let outcome = outcome.map(|()| py.None()).map_err(|err| {
-                    pyo3::exceptions::PyOSError::new_err(err.to_string()).into_value(py).into_any()
-                });
-                let _ = NativeFuture::resolve(resolving.bind(py), outcome, false, ResumeVia::DriveNow);
-            });
+            stopped.resolve(outcome.map_err(|err| err.to_string()));
         });
         Ok(done)
+    }
+}
+
+/// Resolves the "server stopped" future once: with the outcome, or with an error if the server
+/// task ended another way (a panic), so Python never waits forever on it.
+struct StoppedSignal(Option<Py<NativeFuture>>);
+
+impl StoppedSignal {
+    fn resolve(&mut self, outcome: Result<(), String>) {
+        let Some(future) = self.0.take() else { return };
+        Python::attach(|py| {
+            let outcome = outcome.map(|()| py.None()).map_err(|message| {
+                pyo3::exceptions::PyOSError::new_err(message)
+                    .into_value(py)
+                    .into_any()
+            });
+            if let Err(err) =
+                NativeFuture::resolve(future.bind(py), outcome, false, ResumeVia::DriveNow)
+            {
+                err.write_unraisable(py, None);
+            }
+        });
+    }
+}
+
+impl Drop for StoppedSignal {
+    fn drop(&mut self) {
+        self.resolve(Err("the server task stopped unexpectedly".to_owned()));
     }
 }
 
@@ -186,11 +227,17 @@ fn std_unix_listener(fd: RawFd) -> PyResult<std::os::unix::net::UnixListener> {
     Ok(listener)
 }
 
-async fn accept_loop(listener: Listener, shared: Arc<ServerShared>, mut stop: watch::Receiver<Option<Option<Duration>>>) {
+async fn accept_loop(
+    listener: Listener,
+    shared: Arc<ServerShared>,
+    mut stop: watch::Receiver<Option<Option<Duration>>>,
+) {
     let graceful = GracefulShutdown::new();
     let (abort_tx, abort_rx) = watch::channel(false);
     let mut builder = http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(shared.keep_alive.max(Duration::from_secs(1)));
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(shared.keep_alive.max(Duration::from_secs(1)));
     loop {
         let accepted = tokio::select! {
             biased;
@@ -207,7 +254,8 @@ async fn accept_loop(listener: Listener, shared: Arc<ServerShared>, mut stop: wa
         };
         let conn = Arc::new(conn);
         let service_shared = shared.clone();
-        let service = service_fn(move |request| handle(request, conn.clone(), service_shared.clone()));
+        let service =
+            service_fn(move |request| handle(request, conn.clone(), service_shared.clone()));
         let connection = graceful.watch(builder.serve_connection(io, service));
         let mut abort = abort_rx.clone();
         tokio::spawn(async move {
@@ -220,7 +268,9 @@ async fn accept_loop(listener: Listener, shared: Arc<ServerShared>, mut stop: wa
     drop(listener);
     let timeout = stop.borrow().flatten();
     let drained = match timeout {
-        Some(timeout) => tokio::time::timeout(timeout, graceful.shutdown()).await.is_ok(),
+        Some(timeout) => tokio::time::timeout(timeout, graceful.shutdown())
+            .await
+            .is_ok(),
         None => {
             graceful.shutdown().await;
             true
@@ -243,7 +293,10 @@ async fn accept(listener: &Listener) -> std::io::Result<(TokioIo<Box<dyn IoStrea
             let (stream, peer) = listener.accept().await?;
             let _ = stream.set_nodelay(true);
             let local = stream.local_addr()?;
-            let conn = ConnInfo::new(Some((peer.ip().to_string(), peer.port())), (local.ip().to_string(), Some(local.port())));
+            let conn = ConnInfo::new(
+                Some((peer.ip().to_string(), peer.port())),
+                (local.ip().to_string(), Some(local.port())),
+            );
             (Box::new(stream), conn)
         }
         Listener::Unix(listener, path) => {
@@ -271,7 +324,10 @@ async fn handle(
     shared: Arc<ServerShared>,
 ) -> Result<Response<ResponseBody>, Infallible> {
     let previous = shared.in_flight.fetch_add(1, Ordering::AcqRel);
-    if shared.limit_concurrency.is_some_and(|limit| previous >= limit) {
+    if shared
+        .limit_concurrency
+        .is_some_and(|limit| previous >= limit)
+    {
         shared.request_finished();
         return Ok(plain_response(StatusCode::SERVICE_UNAVAILABLE, &shared));
     }
@@ -281,7 +337,10 @@ async fn handle(
     let access = AccessInfo {
         client: conn.client_label(),
         method: parts.method.to_string(),
-        target: parts.uri.path_and_query().map_or_else(|| parts.uri.path().to_owned(), |pq| pq.to_string()),
+        target: parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.to_string()),
         version: http_version(parts.version),
     };
     let mut guard = DisconnectOnDrop(Some(exchange.clone()));
@@ -292,7 +351,9 @@ async fn handle(
             exchange.finish_app(py, true);
         }
     });
-    let response = head_rx.await.unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &shared));
+    let response = head_rx
+        .await
+        .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &shared));
     guard.0 = None;
     Ok(response)
 }
@@ -307,13 +368,27 @@ fn start_app(
 ) -> PyResult<()> {
     let shared = &exchange.server;
     let scope = build_scope(py, parts, conn, shared)?;
-    let receive = Py::new(py, Receive { exchange: exchange.clone() })?;
-    let send = Py::new(py, Send { exchange: exchange.clone() })?;
+    let receive = Py::new(
+        py,
+        Receive {
+            exchange: exchange.clone(),
+        },
+    )?;
+    let send = Py::new(
+        py,
+        Send {
+            exchange: exchange.clone(),
+        },
+    )?;
     let coro = shared.app.bind(py).call1((scope, receive, send))?;
     let finishing = exchange.clone();
-    let completion = Completion::Callback(Box::new(move |py, result| on_app_done(py, &finishing, &access, result)));
+    let completion = Completion::Callback(Box::new(move |py, result| {
+        on_app_done(py, &finishing, &access, result)
+    }));
     let job = Bound::new(py, Job::new(py, &shared.bridge, &coro, completion)?)?;
     shared.bridge.remember_job(&job);
-    shared.bridge.drive_from_tokio(py, &job, Resume::Send(py.None()));
+    shared
+        .bridge
+        .drive_from_tokio(py, &job, Resume::Send(py.None()));
     Ok(())
 }

@@ -21,7 +21,11 @@ pub struct ConnInfo {
 
 impl ConnInfo {
     pub fn new(client: Option<(String, u16)>, server: (String, Option<u16>)) -> Self {
-        Self { client, server, python: OnceLock::new() }
+        Self {
+            client,
+            server,
+            python: OnceLock::new(),
+        }
     }
 
     fn python<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
@@ -29,15 +33,27 @@ impl ConnInfo {
             return Ok((client.bind(py).clone(), server.bind(py).clone()));
         }
         let client = match &self.client {
-            Some((host, port)) => PyTuple::new(py, [host.into_pyobject(py)?.into_any(), port.into_pyobject(py)?.into_any()])?.into_any(),
+            Some((host, port)) => PyTuple::new(
+                py,
+                [
+                    host.into_pyobject(py)?.into_any(),
+                    port.into_pyobject(py)?.into_any(),
+                ],
+            )?
+            .into_any(),
             None => py.None().into_bound(py),
         };
         let server = PyTuple::new(
             py,
-            [self.server.0.clone().into_pyobject(py)?.into_any(), self.server.1.into_pyobject(py)?.into_any()],
+            [
+                self.server.0.clone().into_pyobject(py)?.into_any(),
+                self.server.1.into_pyobject(py)?.into_any(),
+            ],
         )?
         .into_any();
-        let _ = self.python.set((client.clone().unbind(), server.clone().unbind()));
+        let _ = self
+            .python
+            .set((client.clone().unbind(), server.clone().unbind()));
         Ok((client, server))
     }
 
@@ -88,7 +104,13 @@ pub fn build_scope<'py>(
     scope.set_item(intern!(py, "root_path"), root_path)?;
     let headers = PyList::empty(py);
     for (name, value) in parts.headers.iter() {
-        let pair = PyTuple::new(py, [PyBytes::new(py, name.as_str().as_bytes()), PyBytes::new(py, value.as_bytes())])?;
+        let pair = PyTuple::new(
+            py,
+            [
+                PyBytes::new(py, name.as_str().as_bytes()),
+                PyBytes::new(py, value.as_bytes()),
+            ],
+        )?;
         headers.append(pair)?;
     }
     scope.set_item(intern!(py, "headers"), headers)?;
