@@ -91,6 +91,12 @@ pub fn eventfd_clear(fd: &OwnedFd) {
     unsafe { libc::read(fd.as_raw_fd(), (&mut value as *mut u64).cast(), 8) };
 }
 
+thread_local! {
+    /// The thread state `keep_thread_state` made for this thread, until `release_thread_state`.
+    static KEPT_THREAD_STATE: std::cell::Cell<Option<(ffi::PyGILState_STATE, *mut ffi::PyThreadState)>> =
+        const { std::cell::Cell::new(None) };
+}
+
 /// Gives the calling (tokio worker) thread a Python thread state that outlives each
 /// `Python::attach`, so per-thread interpreter state (the running loop, I11) persists and each
 /// attach does not create and destroy a thread state. Used as tokio's `on_thread_start`.
@@ -99,11 +105,53 @@ pub fn keep_thread_state() {
     // (the runtime is only built from Python code, so it is). It creates this thread's state and
     // takes the GIL; PyEval_SaveThread then releases the GIL while keeping the state, leaving
     // PyGILState's per-thread count at one, so later Ensure/Release pairs (PyO3's attach) reuse
-    // the state instead of deleting it. The state is reclaimed when the interpreter finalises.
+    // the state instead of deleting it.
+    let kept = unsafe {
+        let gil_state = ffi::PyGILState_Ensure();
+        (gil_state, ffi::PyEval_SaveThread())
+    };
+    KEPT_THREAD_STATE.with(|cell| cell.set(Some(kept)));
+}
+
+/// Undoes `keep_thread_state` as the thread stops (tokio's `on_thread_stop`), so the thread
+/// state is deleted by its own thread rather than left for interpreter finalisation.
+pub fn release_thread_state() {
+    let Some((gil_state, thread_state)) = KEPT_THREAD_STATE.with(std::cell::Cell::take) else {
+        return;
+    };
+    // SAFETY: the pair came from this thread's `keep_thread_state`, which left the GIL released
+    // with `thread_state` saved; restoring it and then releasing the GILState pair is exactly the
+    // reverse. Skipped once the interpreter is finalising, when taking the GIL from a non-main
+    // thread would never return; the state is then reclaimed by finalisation.
     unsafe {
-        ffi::PyGILState_Ensure();
-        ffi::PyEval_SaveThread();
+        if py_is_finalizing() {
+            return;
+        }
+        ffi::PyEval_RestoreThread(thread_state);
+        ffi::PyGILState_Release(gil_state);
     }
+}
+
+/// `Py_IsFinalizing` (public from 3.13, `_Py_IsFinalizing` before).
+unsafe fn py_is_finalizing() -> bool {
+    extern "C" {
+        #[cfg_attr(not(Py_3_13), link_name = "_Py_IsFinalizing")]
+        fn Py_IsFinalizing() -> std::os::raw::c_int;
+    }
+    // SAFETY: takes no arguments, reads one interpreter-wide flag, callable without the GIL.
+    unsafe { Py_IsFinalizing() != 0 }
+}
+
+/// Takes ownership of a socket descriptor Python handed over (`socket.detach()`).
+pub fn take_fd<T: FromRawFd>(fd: std::os::fd::RawFd) -> std::io::Result<T> {
+    // A cheap validity check first: F_GETFD fails with EBADF for a descriptor that is not open.
+    // SAFETY: fcntl(F_GETFD) takes no pointers and has no effect on the descriptor.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the caller owns `fd` (Python detached it from its socket object, so nothing else
+    // will close it) and it is open (checked above); from here on the returned value owns it.
+    Ok(unsafe { T::from_raw_fd(fd) })
 }
 
 /// Whether `fd` is readable right now (a zero-timeout `poll`), for tests.
@@ -117,16 +165,4 @@ pub fn is_readable(fd: i32) -> bool {
     // SAFETY: `pollfd` is a valid, live array of one element for the call; a zero timeout never
     // blocks; an invalid `fd` is reported in `revents`, not undefined behaviour.
     unsafe { libc::poll(&mut pollfd, 1, 0) == 1 }
-}
-
-/// Takes ownership of a socket descriptor Python handed over (`socket.detach()`).
-pub fn take_fd<T: FromRawFd>(fd: std::os::fd::RawFd) -> std::io::Result<T> {
-    // A cheap validity check first: F_GETFD fails with EBADF for a descriptor that is not open.
-    // SAFETY: fcntl(F_GETFD) takes no pointers and has no effect on the descriptor.
-    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the caller owns `fd` (Python detached it from its socket object, so nothing else
-    // will close it) and it is open (checked above); from here on the returned value owns it.
-    Ok(unsafe { T::from_raw_fd(fd) })
 }

@@ -385,6 +385,7 @@ impl Bridge {
             .worker_threads(worker_threads)
             .thread_name("ferrule-tokio")
             .on_thread_start(ffi::keep_thread_state)
+            .on_thread_stop(ffi::release_thread_state)
             .enable_all()
             .build()
             .map_err(|err| PyRuntimeError::new_err(format!("cannot start tokio: {err}")))?;
@@ -560,7 +561,9 @@ impl Bridge {
             Job::finish(job.bind(py), Err(PyErr::from_value(cancelled)));
         }
         if let Some(runtime) = shared.runtime.lock().unwrap().take() {
-            runtime.shutdown_background();
+            // Wait (without the GIL: tasks being dropped may need it) for tokio's threads to
+            // stop, so none of them touches Python after the interpreter starts finalising.
+            py.detach(|| runtime.shutdown_timeout(Duration::from_secs(5)));
         }
         Ok(())
     }
