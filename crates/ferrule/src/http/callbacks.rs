@@ -30,8 +30,9 @@ pub fn on_app_done(
     let (status, problem) = exchange.finish_app(py, failed);
     if let Err(error) = result {
         let kwargs = PyDict::new(py);
+        // into_value attaches the traceback to the exception, which logging then prints.
         let logged = kwargs
-            .set_item(intern!(py, "exc_info"), error.value(py))
+            .set_item(intern!(py, "exc_info"), error.into_value(py))
             .and_then(|_| {
                 server.error_logger.bind(py).call_method(
                     intern!(py, "error"),

@@ -252,29 +252,30 @@ async fn read_body_chunk(
     mut incoming: Incoming,
     future: Py<NativeFuture>,
 ) {
+    // `Ok((data, finished))`; a chunked body is known to be finished only once the frame after
+    // the last data comes back empty, hence the second element.
     let chunk = loop {
         match incoming.frame().await {
             Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => break Ok(data),
+                Ok(data) => break Ok((data, incoming.is_end_stream())),
                 Err(_trailers) => continue,
             },
             Some(Err(err)) => break Err(err),
-            None => break Ok(Bytes::new()),
+            None => break Ok((Bytes::new(), true)),
         }
     };
-    let more_body = chunk.is_ok() && !incoming.is_end_stream();
     Python::attach(|py| {
         let message = {
             let mut state = exchange.state.lock().unwrap();
             match chunk {
-                Ok(data) => {
-                    state.body = if more_body {
-                        RequestBody::Unread(incoming)
-                    } else {
+                Ok((data, finished)) => {
+                    state.body = if finished {
                         RequestBody::Done
+                    } else {
+                        RequestBody::Unread(incoming)
                     };
                     drop(state);
-                    request_message(py, &data, more_body)
+                    request_message(py, &data, !finished)
                 }
                 Err(_) => {
                     // A broken or abandoned body: the app hears the client is gone.
