@@ -1,0 +1,65 @@
+"""Request bodies: how ``receive()`` delivers them, disconnects, and ``Expect: 100-continue``."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from typing import Any
+
+from asgi_helpers import RECORDS, query, read_body, send_json, send_response, serve_record
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    path = scope["path"]
+    params = query(scope)
+    if path == "/_record":
+        await serve_record(scope, send)
+    elif path == "/echo":
+        body, messages = await read_body(receive)
+        await send_json(
+            send,
+            {"len": len(body), "sha256": hashlib.sha256(body).hexdigest(), "messages": messages},
+        )
+    elif path == "/first-chunk":
+        # Answer after one receive(): proves the body is not buffered whole before the app runs.
+        message = await receive()
+        await send_json(
+            send,
+            {
+                "type": message["type"],
+                "len": len(message.get("body", b"")),
+                "more_body": message.get("more_body", False),
+            },
+        )
+    elif path == "/read-until-disconnect":
+        # Keep receiving (never respond) and record every message type until a disconnect.
+        seen = []
+        RECORDS[params["key"] + "-started"] = True
+        while True:
+            message = await receive()
+            seen.append(message["type"])
+            if message["type"] != "http.request":
+                break
+        RECORDS[params["key"]] = seen
+    elif path == "/after-response":
+        await send_response(send, b"done")
+        results = []
+        for _ in range(3):
+            started = time.monotonic()
+            try:
+                message = await asyncio.wait_for(receive(), 2.0)
+                results.append([message["type"], round(time.monotonic() - started, 3)])
+            except TimeoutError:
+                results.append(["timeout", 2.0])
+        RECORDS[params["key"]] = results
+    elif path == "/no-read":
+        await send_response(send, b"answered without reading")
+    elif path == "/slow-read":
+        await asyncio.sleep(float(params.get("delay", "0.5")))
+        body, _ = await read_body(receive)
+        await send_response(send, body)
+    else:
+        await send_response(send, b"not found", 404)

@@ -1,0 +1,1 @@
+"""A package, to check ``pkg.module:attr.attr`` import strings."""

@@ -1,0 +1,78 @@
+"""Responses: framing (Content-Length, chunked, HTTP/1.0), HEAD, keep-alive, send() after
+the client went away."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from asgi_helpers import RECORDS, query, read_body, send_response, serve_record
+
+
+async def start(send: Any, status: int = 200, headers: list[tuple[bytes, bytes]] | None = None):
+    await send({"type": "http.response.start", "status": status, "headers": headers or []})
+
+
+async def body(send: Any, data: bytes, more: bool = False) -> None:
+    await send({"type": "http.response.body", "body": data, "more_body": more})
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    path = scope["path"]
+    params = query(scope)
+    if path == "/_record":
+        await serve_record(scope, send)
+    elif path == "/content-length":
+        await start(send, 200, [(b"content-length", b"11")])
+        await body(send, b"hello ", more=True)
+        await body(send, b"world")
+    elif path == "/chunked":
+        await start(send, 200, [(b"content-type", b"text/plain")])
+        await body(send, b"a", more=True)
+        await body(send, b"bb", more=True)
+        await body(send, b"ccc", more=True)
+        await body(send, b"")
+    elif path == "/head":
+        await start(send, 200, [(b"content-length", b"5")])
+        await body(send, b"hello")
+    elif path == "/head-chunked":
+        await start(send, 200)
+        await body(send, b"part-1", more=True)
+        await body(send, b"part-2")
+    elif path == "/echo":
+        data, _ = await read_body(receive)
+        text = f"{scope['method']} {path}?{scope['query_string'].decode()} {data.decode()}"
+        await send_response(send, text.encode())
+    elif path == "/client-port":
+        await send_response(send, str(scope["client"][1]).encode())
+    elif path == "/status":
+        await send_response(send, b"custom", status=int(params.get("code", "200")))
+    elif path == "/multi-header":
+        headers = [
+            (b"set-cookie", b"a=1"),
+            (b"x-custom", b"Value With Case"),
+            (b"set-cookie", b"b=2"),
+        ]
+        await send_response(send, b"ok", headers=headers)
+    elif path == "/stream-until-error":
+        await start(send, 200)
+        chunk = b"x" * 16384
+        try:
+            for _ in range(1600):  # at most ~8 s of streaming
+                await body(send, chunk, more=True)
+                await asyncio.sleep(0.005)
+        except BaseException as exc:
+            RECORDS[params["key"]] = {
+                "type": type(exc).__name__,
+                "is_oserror": isinstance(exc, OSError),
+                "mro": [cls.__name__ for cls in type(exc).__mro__],
+            }
+            if not isinstance(exc, Exception):
+                raise
+            return
+        RECORDS[params["key"]] = {"type": None, "is_oserror": False, "mro": []}
+        await body(send, b"")
+    else:
+        await send_response(send, b"hello")

@@ -1,0 +1,632 @@
+"""Helpers for the black-box tests of the HTTP server (``tests/test_server_*.py``).
+
+- :func:`running_server` starts ``python -m ferrule APP --port 0 ...`` in its own session (process
+  group), with ``tests/apps`` as the working directory, waits for the ``ferrule running on ...``
+  line on stderr and yields a :class:`ServerProcess`. On exit it sends SIGINT, waits, kills the
+  whole process group after :data:`STOP_TIMEOUT` and always reaps it.
+- :class:`RawConnection` speaks HTTP/1.1 over a plain socket: send exact bytes, parse responses
+  (interim 1xx, Content-Length, chunked, close-delimited, HEAD) or read until the peer closes.
+- :func:`poll` and friends bound every wait, so a broken server fails a test instead of hanging.
+
+Imported by the test modules as ``from serverutil import ...`` (``tests/`` is on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+
+TESTS_DIR = Path(__file__).resolve().parent
+APPS_DIR = TESTS_DIR / "apps"
+
+#: How long the server may take to print its ``running on`` line.
+STARTUP_TIMEOUT = 10.0
+#: How long a SIGINT'ed server may take to exit before its process group is killed.
+STOP_TIMEOUT = 10.0
+#: Default bound for one HTTP exchange.
+HTTP_TIMEOUT = 5.0
+
+RUNNING_RE = re.compile(r"running on http://[^:\s]+:(\d+)")
+UDS_RE = re.compile(r"running on unix socket (\S+)")
+#: ``python -m MODULE`` is the server under test. Setting ``FERRULE_TEST_SERVER_MODULE=uvicorn``
+#: points the suite at uvicorn, to check the tests themselves against a reference server (the
+#: ferrule-specific ones then fail: running line, logger names, ``ferrule.run``, spec 2.4).
+SERVER_MODULE = os.environ.get("FERRULE_TEST_SERVER_MODULE", "ferrule")
+
+T = TypeVar("T")
+
+
+class ServerFailure(AssertionError):
+    """The server process did not do what a helper waited for (output attached)."""
+
+
+def ferrule_command(*args: str) -> list[str]:
+    """``python -m ferrule ARGS`` with the interpreter running the tests."""
+    return [sys.executable, "-m", SERVER_MODULE, *args]
+
+
+def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = os.environ.copy()
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("PYTHONASYNCIODEBUG", None)
+    env.update(extra or {})
+    return env
+
+
+class ServerProcess:
+    """A server subprocess whose stdout and stderr are drained by reader threads."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path | str = APPS_DIR,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.argv = list(argv)
+        self.port: int | None = None
+        self.uds: str | None = None
+        self.host = "127.0.0.1"
+        self._chunks: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self._cond = threading.Condition()
+        self._readers: list[threading.Thread] = []
+        self.proc = subprocess.Popen(
+            self.argv,
+            cwd=str(cwd),
+            env=base_env(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        for name in ("stdout", "stderr"):
+            reader = threading.Thread(
+                target=self._drain, args=(name, getattr(self.proc, name)), daemon=True
+            )
+            reader.start()
+            self._readers.append(reader)
+
+    # -- output -------------------------------------------------------------------------------
+
+    def _drain(self, name: str, stream: Any) -> None:
+        for raw in iter(stream.readline, b""):
+            with self._cond:
+                self._chunks[name].append(raw.decode("utf-8", "replace"))
+                self._cond.notify_all()
+        stream.close()
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def stderr(self) -> str:
+        with self._cond:
+            return "".join(self._chunks["stderr"])
+
+    @property
+    def stdout(self) -> str:
+        with self._cond:
+            return "".join(self._chunks["stdout"])
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.poll()
+
+    def describe(self) -> str:
+        """Command, exit status and captured output, for assertion messages."""
+        tail = lambda text: text[-6000:]  # noqa: E731
+        return (
+            f"command: {' '.join(self.argv)}\n"
+            f"exit code: {self.proc.poll()}\n"
+            f"--- stderr ---\n{tail(self.stderr)}\n--- stdout ---\n{tail(self.stdout)}"
+        )
+
+    def wait_for_output(
+        self, pattern: str | re.Pattern[str], timeout: float = 5.0, *, stream: str = "stderr"
+    ) -> re.Match[str]:
+        """Wait until ``pattern`` matches the collected ``stream``; fail with the output."""
+        regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                match = regex.search("".join(self._chunks[stream]))
+                if match:
+                    return match
+                remaining = deadline - time.monotonic()
+                finished = self.proc.poll() is not None and not any(
+                    reader.is_alive() for reader in self._readers
+                )
+                if remaining <= 0 or finished:
+                    break
+                self._cond.wait(min(remaining, 0.1))
+        why = "the process exited" if self.proc.poll() is not None else f"{timeout}s passed"
+        raise ServerFailure(
+            f"{why} before {regex.pattern!r} appeared on {stream}\n{self.describe()}"
+        )
+
+    def wait_running(self, timeout: float = STARTUP_TIMEOUT) -> ServerProcess:
+        """Wait for the ``running on`` line; record the port (or unix socket path)."""
+        match = self.wait_for_output(r"running on (http://[^:\s]+:\d+|unix socket \S+)", timeout)
+        http = RUNNING_RE.search(match.group(0))
+        if http:
+            self.port = int(http.group(1))
+        else:
+            uds = UDS_RE.search(match.group(0))
+            assert uds is not None
+            self.uds = uds.group(1)
+        return self
+
+    @property
+    def base_url(self) -> str:
+        assert self.port is not None, "the server has no TCP port (not started, or --uds)"
+        return f"http://{self.host}:{self.port}"
+
+    def client(self, timeout: float = HTTP_TIMEOUT, **options: Any) -> httpx.Client:
+        """An httpx client for this server (bounded timeouts, no proxies from the env)."""
+        return httpx.Client(base_url=self.base_url, timeout=timeout, trust_env=False, **options)
+
+    def get(self, path: str, timeout: float = HTTP_TIMEOUT, **options: Any) -> httpx.Response:
+        """One request on a new connection."""
+        with self.client(timeout=timeout) as client:
+            return client.get(path, **options)
+
+    def raw(self, timeout: float = HTTP_TIMEOUT) -> RawConnection:
+        assert self.port is not None
+        return RawConnection(self.port, host=self.host, timeout=timeout)
+
+    # -- lifetime -----------------------------------------------------------------------------
+
+    def send_signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout: float = STOP_TIMEOUT) -> int:
+        """Wait for the process to exit; fail (leaving it running) after ``timeout``."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise ServerFailure(
+                f"the server did not exit within {timeout}s\n{self.describe()}"
+            ) from None
+        for reader in self._readers:
+            reader.join(2.0)
+        return code
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = STOP_TIMEOUT) -> int:
+        """Send ``sig`` and wait; kill the process group after ``timeout`` and fail."""
+        if self.proc.poll() is None:
+            self.send_signal(sig)
+        try:
+            return self.wait_exit(timeout)
+        except ServerFailure:
+            self.kill_group()
+            raise
+
+    def kill_group(self) -> None:
+        """SIGKILL every process still in the server's process group (workers included)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5.0)
+
+    def close(self) -> None:
+        """Stop gracefully if still running, then make sure nothing of the group survives."""
+        try:
+            if self.proc.poll() is None:
+                with contextlib.suppress(ServerFailure):
+                    self.stop()
+        finally:
+            self.kill_group()
+            for reader in self._readers:
+                reader.join(2.0)
+
+
+def server_args(app: str, args: Sequence[str]) -> list[str]:
+    """``APP`` plus ``--port 0`` unless ``args`` choose a port or a unix socket."""
+    args = list(args)
+    if not any(flag in args for flag in ("--port", "--uds")):
+        args = ["--port", "0", *args]
+    return [app, *args]
+
+
+def start_server(
+    app: str,
+    *args: str,
+    cwd: Path | str = APPS_DIR,
+    env: dict[str, str] | None = None,
+    wait: bool = True,
+    timeout: float = STARTUP_TIMEOUT,
+) -> ServerProcess:
+    """Start ``python -m ferrule APP --port 0 ARGS``; wait for ``running on`` unless ``wait``
+    is false. The caller must :meth:`ServerProcess.close` it (prefer :func:`running_server`)."""
+    server = ServerProcess(ferrule_command(*server_args(app, args)), cwd=cwd, env=env)
+    if wait:
+        try:
+            server.wait_running(timeout)
+        except BaseException:
+            server.close()
+            raise
+    return server
+
+
+@contextlib.contextmanager
+def running_server(
+    app: str,
+    *args: str,
+    cwd: Path | str = APPS_DIR,
+    env: dict[str, str] | None = None,
+    wait: bool = True,
+    timeout: float = STARTUP_TIMEOUT,
+) -> Iterator[ServerProcess]:
+    """:func:`start_server` as a context manager that always stops and reaps the server."""
+    server = start_server(app, *args, cwd=cwd, env=env, wait=wait, timeout=timeout)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@dataclass
+class Finished:
+    """A command that ran to its end (see :func:`run_to_exit`)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def describe(self) -> str:
+        return (
+            f"exit code: {self.returncode}\n--- stderr ---\n{self.stderr[-6000:]}\n"
+            f"--- stdout ---\n{self.stdout[-3000:]}"
+        )
+
+
+def run_to_exit(
+    argv: Sequence[str],
+    *,
+    cwd: Path | str = APPS_DIR,
+    env: dict[str, str] | None = None,
+    timeout: float = 15.0,
+) -> Finished:
+    """Run a command that must exit on its own within ``timeout`` (killed and failed if not)."""
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=str(cwd),
+        env=base_env(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=5)
+        raise ServerFailure(
+            f"{' '.join(argv)} did not exit within {timeout}s\n--- stderr ---\n"
+            f"{err.decode('utf-8', 'replace')[-6000:]}"
+        ) from None
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return Finished(proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+
+# -- waiting ----------------------------------------------------------------------------------
+
+
+def poll(
+    probe: Callable[[], T | None],
+    *,
+    timeout: float = 5.0,
+    interval: float = 0.05,
+    what: str = "the condition",
+) -> T:
+    """Call ``probe`` until it returns something truthy (returned); fail after ``timeout``.
+
+    Exceptions from ``probe`` count as "not yet" (the last one is reported on failure)."""
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while True:
+        try:
+            value = probe()
+        except Exception as exc:  # noqa: BLE001 - reported below
+            last_error = exc
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            detail = f" (last error: {last_error!r})" if last_error else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+def fetch_record(server: ServerProcess, key: str, timeout: float = 5.0) -> Any:
+    """Poll the app's ``/_record?key=KEY`` until the app has stored something under ``key``."""
+
+    def probe() -> Any:
+        response = server.get("/_record", params={"key": key}, timeout=2.0)
+        return response.json() if response.status_code == 200 else None
+
+    return poll(probe, timeout=timeout, what=f"the app to record {key!r}")
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago (for tests that must know it before start)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until_serving(port: int, timeout: float = STARTUP_TIMEOUT, path: str = "/") -> None:
+    """Poll ``GET path`` on ``port`` until any HTTP response comes back."""
+
+    def probe() -> bool:
+        with httpx.Client(timeout=1.0, trust_env=False) as client:
+            client.get(f"http://127.0.0.1:{port}{path}")
+        return True
+
+    poll(probe, timeout=timeout, interval=0.1, what=f"a response on port {port}")
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of ``pid`` from ``/proc/PID/status``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    for line in status.splitlines():
+        if line.startswith("State:"):
+            return "Z" not in line.split()[1]
+    return True
+
+
+def read_events(path: Path) -> list[str]:
+    """Lines the apps appended to the events file named by ``FERRULE_TEST_EVENTS``."""
+    try:
+        return [line.split(" ", 1)[1] for line in path.read_text().splitlines() if " " in line]
+    except FileNotFoundError:
+        return []
+
+
+def wait_for_event(path: Path, event: str, timeout: float = 5.0) -> list[str]:
+    return poll(
+        lambda: (events := read_events(path)) and event in events and events,
+        timeout=timeout,
+        what=f"event {event!r} in {path}",
+    )
+
+
+# -- raw HTTP ---------------------------------------------------------------------------------
+
+
+class IncompleteResponse(AssertionError):
+    """The peer closed (or went silent) before a complete response was read."""
+
+    def __init__(self, message: str, received: bytes) -> None:
+        super().__init__(f"{message}; received so far: {received[:600]!r}")
+        self.received = received
+
+
+@dataclass
+class RawResponse:
+    version: str
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    raw_head: bytes
+    chunked: bool = False
+    chunk_sizes: list[int] = field(default_factory=list)
+
+    def header(self, name: str) -> str | None:
+        values = self.all(name)
+        return values[0] if values else None
+
+    def all(self, name: str) -> list[str]:
+        name = name.lower()
+        return [value for key, value in self.headers if key == name]
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class RawConnection:
+    """One TCP connection with a read buffer, every operation bounded by ``timeout``."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = HTTP_TIMEOUT) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.settimeout(timeout)
+        self.timeout = timeout
+        self.buffer = b""
+        self.received = b""  # everything read, for diagnostics
+        self.eof = False
+
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def local_port(self) -> int:
+        return self.sock.getsockname()[1]
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _fill(self, deadline: float) -> bool:
+        """Read more bytes into the buffer; False at EOF. Raises ``TimeoutError`` at deadline."""
+        if self.eof:
+            return False
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("deadline passed")
+        self.sock.settimeout(remaining)
+        try:
+            data = self.sock.recv(65536)
+        except ConnectionResetError:
+            data = b""
+        if not data:
+            self.eof = True
+            return False
+        self.buffer += data
+        self.received += data
+        return True
+
+    def _deadline(self, timeout: float | None) -> float:
+        return time.monotonic() + (self.timeout if timeout is None else timeout)
+
+    def read_until(self, marker: bytes, timeout: float | None = None) -> bytes:
+        """Bytes up to and including ``marker``."""
+        deadline = self._deadline(timeout)
+        while marker not in self.buffer:
+            try:
+                more = self._fill(deadline)
+            except TimeoutError:
+                raise IncompleteResponse(f"no {marker!r} in time", self.received) from None
+            if not more:
+                raise IncompleteResponse(f"EOF before {marker!r}", self.received)
+        index = self.buffer.index(marker) + len(marker)
+        data, self.buffer = self.buffer[:index], self.buffer[index:]
+        return data
+
+    def read_exactly(self, count: int, timeout: float | None = None) -> bytes:
+        deadline = self._deadline(timeout)
+        while len(self.buffer) < count:
+            try:
+                more = self._fill(deadline)
+            except TimeoutError:
+                raise IncompleteResponse(
+                    f"fewer than {count} bytes in time", self.received
+                ) from None
+            if not more:
+                raise IncompleteResponse(f"EOF before {count} bytes", self.received)
+        data, self.buffer = self.buffer[:count], self.buffer[count:]
+        return data
+
+    def read_until_close(self, timeout: float | None = None) -> bytes:
+        """Everything until the peer closes; raises :class:`IncompleteResponse` on timeout."""
+        deadline = self._deadline(timeout)
+        while True:
+            try:
+                more = self._fill(deadline)
+            except TimeoutError:
+                raise IncompleteResponse("the peer did not close in time", self.received) from None
+            if not more:
+                data, self.buffer = self.buffer, b""
+                return data
+
+    def wait_closed(self, timeout: float) -> bool:
+        """True if the peer closes within ``timeout`` (any unread bytes are discarded)."""
+        try:
+            self.read_until_close(timeout)
+        except IncompleteResponse:
+            return False
+        return True
+
+    def read_response(self, *, head: bool = False, timeout: float | None = None) -> RawResponse:
+        """Parse one response (an interim 1xx response is returned as is)."""
+        deadline = self._deadline(timeout)
+
+        def left() -> float:
+            return max(deadline - time.monotonic(), 0.001)
+
+        raw_head = self.read_until(b"\r\n\r\n", left())
+        lines = raw_head[:-4].split(b"\r\n")
+        version, _, rest = lines[0].decode("latin-1").partition(" ")
+        status_text, _, reason = rest.partition(" ")
+        headers = []
+        for line in lines[1:]:
+            name, _, value = line.decode("latin-1").partition(":")
+            headers.append((name.strip().lower(), value.strip()))
+        response = RawResponse(version, int(status_text), reason, headers, b"", raw_head)
+        encoding = ",".join(response.all("transfer-encoding")).lower()
+        length = response.header("content-length")
+        if head or 100 <= response.status < 200 or response.status in (204, 304):
+            return response
+        if "chunked" in encoding:
+            response.chunked = True
+            body = []
+            while True:
+                size_line = self.read_until(b"\r\n", left())
+                size = int(size_line.split(b";")[0].strip(), 16)
+                response.chunk_sizes.append(size)
+                if size == 0:
+                    while self.read_until(b"\r\n", left()) != b"\r\n":  # trailers
+                        pass
+                    break
+                body.append(self.read_exactly(size, left()))
+                if self.read_exactly(2, left()) != b"\r\n":
+                    raise IncompleteResponse("chunk not followed by CRLF", self.received)
+            response.body = b"".join(body)
+        elif length is not None:
+            response.body = self.read_exactly(int(length), left())
+        else:
+            response.body = self.read_until_close(left())
+        return response
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+def request_bytes(
+    method: str,
+    target: str,
+    *,
+    headers: Sequence[tuple[str, str]] = (),
+    body: bytes = b"",
+    version: str = "HTTP/1.1",
+    host: str = "test",
+    content_length: bool | None = None,
+) -> bytes:
+    """A request as bytes; ``Content-Length`` is added when there is a body (or when asked)."""
+    lines = [f"{method} {target} {version}", f"Host: {host}"]
+    lines += [f"{name}: {value}" for name, value in headers]
+    if content_length or (content_length is None and body):
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def raw_exchange(port: int, data: bytes, timeout: float = HTTP_TIMEOUT) -> bytes:
+    """Send ``data`` on a new connection and return what arrives until close or ``timeout``."""
+    with RawConnection(port, timeout=timeout) as conn:
+        conn.send(data)
+        try:
+            conn.read_until_close(timeout)
+        except IncompleteResponse:
+            pass
+        return conn.received
+
+
+def is_clean_exit(code: int | None, sig: int = signal.SIGINT) -> bool:
+    """A graceful stop: exit status 0, or death by re-raising the same signal after the
+    shutdown (what uvicorn does, and the issue allows)."""
+    return code == 0 or code == -sig

@@ -1,0 +1,317 @@
+"""The command line and ``ferrule.run``: import strings, options with uvicorn's names, error
+messages, logging (``hello_app`` unless said otherwise)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from serverutil import (
+    APPS_DIR,
+    ServerProcess,
+    ferrule_command,
+    free_port,
+    is_clean_exit,
+    poll,
+    request_bytes,
+    run_to_exit,
+    running_server,
+    wait_until_serving,
+)
+
+OPTIONS = [
+    "--host",
+    "--port",
+    "--uds",
+    "--workers",
+    "--loop",
+    "--app-dir",
+    "--factory",
+    "--lifespan",
+    "--root-path",
+    "--timeout-keep-alive",
+    "--timeout-graceful-shutdown",
+    "--limit-concurrency",
+    "--backlog",
+    "--log-level",
+    "--access-log",
+    "--no-access-log",
+    "--proxy-headers",
+    "--no-proxy-headers",
+    "--forwarded-allow-ips",
+]
+
+
+def test_help_lists_every_option() -> None:
+    """Rule: the CLI has uvicorn's option names. ``--help`` exits 0 and names each. Broken: an
+    option is missing or renamed (listed in the failure)."""
+    result = run_to_exit(ferrule_command("--help"))
+    assert result.returncode == 0, result.describe()
+    missing = [option for option in OPTIONS if option not in result.stdout + result.stderr]
+    assert not missing, f"--help does not mention {missing}\n{result.describe()}"
+
+
+def test_running_line_once_with_real_port() -> None:
+    """Rule: the server logs exactly one "ferrule running on http://HOST:PORT" line, with the
+    real port when --port 0. Broken: no line, port 0 in it, or the line repeated."""
+    with running_server("hello_app:app") as server:
+        assert server.port and server.port > 0
+        assert server.get("/").status_code == 200
+        lines = re.findall(r"ferrule running on http://127\.0\.0\.1:(\d+)", server.stderr)
+    assert lines == [str(server.port)], server.describe()
+
+
+def test_dotted_attribute_import_string() -> None:
+    """Rule: APP is "module:attr" where attr may be dotted ("pkg.nested:holder.app"). Broken:
+    the import fails (no running line) or the wrong object is served."""
+    with running_server("pkg.nested:holder.app") as server:
+        assert server.get("/").text == "nested app"
+
+
+def test_app_dir_is_put_on_sys_path(tmp_path: Path) -> None:
+    """Rule: --app-dir DIR is put first on sys.path before importing APP. The server runs from
+    an empty directory. Broken: "No module named hello_app", the process exits."""
+    with running_server("hello_app:app", "--app-dir", str(APPS_DIR), cwd=tmp_path) as server:
+        assert server.get("/").json()["path"] == "/"
+
+
+def test_factory_option_calls_the_callable() -> None:
+    """Rule: with --factory, APP names a callable that returns the app. Broken: the factory
+    itself is served as the app (it is not an ASGI app: 500) or the option is refused."""
+    with running_server("pkg.nested:create_app", "--factory") as server:
+        assert server.get("/").text == "made by the factory"
+
+
+@pytest.mark.parametrize(
+    ("app", "mentions"),
+    [
+        ("hello_app", "hello_app"),
+        ("no_such_module_xyz:app", "no_such_module_xyz"),
+        ("hello_app:no_such_attribute", "no_such_attribute"),
+    ],
+    ids=["no-colon", "missing-module", "missing-attribute"],
+)
+def test_bad_app_string_exits_1_with_message(app: str, mentions: str) -> None:
+    """Rule: a bad APP string, a missing module or a missing attribute exits with status 1 and a
+    clear message on stderr naming what failed. Broken: a hang (killed after 15 s), another exit
+    status, or a message that does not name the import string."""
+    result = run_to_exit(ferrule_command(app, "--port", "0"))
+    assert result.returncode == 1, result.describe()
+    assert mentions in result.stderr, result.describe()
+    assert "running on" not in result.stderr
+
+
+def test_port_in_use_exits_1() -> None:
+    """Rule: a port already in use exits with status 1 and "Address already in use" on stderr.
+    Broken: a traceback-only crash, exit 0, or a hang."""
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen(1)
+        port = blocker.getsockname()[1]
+        result = run_to_exit(ferrule_command("hello_app:app", "--port", str(port)))
+    assert result.returncode == 1, result.describe()
+    assert "address already in use" in result.stderr.lower(), result.describe()
+
+
+def test_unix_socket(tmp_path: Path) -> None:
+    """Rule: --uds PATH listens on a unix socket and logs "ferrule running on unix socket PATH".
+    Broken: no such line, or httpx cannot connect through the socket."""
+    path = tmp_path / "ferrule.sock"
+    with running_server("hello_app:app", "--uds", str(path)) as server:
+        assert server.uds == str(path), server.describe()
+        transport = httpx.HTTPTransport(uds=str(path))
+        with httpx.Client(transport=transport, timeout=5, trust_env=False) as client:
+            response = client.get("http://localhost/via-uds")
+    assert response.json()["path"] == "/via-uds"
+
+
+def test_console_script() -> None:
+    """Rule: the ``ferrule`` console script is installed next to the interpreter and starts the
+    server like ``python -m ferrule``. Broken: the script is missing or does not serve."""
+    script = Path(sys.executable).parent / "ferrule"
+    assert script.exists(), f"no console script at {script}"
+    server = ServerProcess([str(script), "hello_app:app", "--port", "0"], cwd=APPS_DIR)
+    try:
+        server.wait_running()
+        assert server.get("/").status_code == 200
+        assert is_clean_exit(server.stop()), server.describe()
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("mode", ["object", "string"])
+def test_ferrule_run_and_python_logging(tmp_path: Path, mode: str) -> None:
+    """Rule: ``ferrule.run(app_or_import_string, **options)`` serves like the CLI, and the
+    server logs through Python logging on "ferrule.error" (the running line) and
+    "ferrule.access" (one line per request). Broken: run() rejects the options or the object,
+    or the records do not pass through those loggers."""
+    log_file = tmp_path / "records.log"
+    argv = [sys.executable, "run_script.py", mode, str(log_file)]
+    server = ServerProcess(argv, cwd=APPS_DIR)
+    try:
+        server.wait_running()
+        assert server.get("/logged-path").json()["path"] == "/logged-path"
+        records = poll(
+            lambda: (text := log_file.read_text()) and "/logged-path" in text and text,
+            what="the access record",
+        )
+        assert is_clean_exit(server.stop()), server.describe()
+    finally:
+        server.close()
+    assert re.search(r"^ferrule\.error .*running on http://", records, re.M), records
+    assert re.search(r"^ferrule\.access .*GET /logged-path HTTP/1\.1.* 200", records, re.M)
+
+
+def test_access_log_line_format() -> None:
+    """Rule: one access line per request on stderr, like uvicorn's:
+    'CLIENT_HOST:CLIENT_PORT - "GET /path HTTP/1.1" 200'. Broken: no line, or another format."""
+    path = f"/access-{uuid.uuid4().hex}"
+    with running_server("hello_app:app") as server:
+        client_port = server.get(path).json()["client"][1]
+        line = server.wait_for_output(rf'127\.0\.0\.1:(\d+) - "GET {path} HTTP/1\.1" 200')
+    assert int(line.group(1)) == client_port
+
+
+def test_no_access_log() -> None:
+    """Rule: --no-access-log silences the per-request lines (the server still logs its running
+    line). Broken: the request's path appears on stderr."""
+    path = f"/quiet-{uuid.uuid4().hex}"
+    with running_server("hello_app:app", "--no-access-log") as server:
+        assert server.get(path).status_code == 200
+        time.sleep(0.5)
+        assert path not in server.stderr, server.describe()
+
+
+def test_log_level_warning_hides_info_lines() -> None:
+    """Rule: --log-level warning filters info records (access lines are info). The port is
+    chosen up front since the info-level running line may be filtered too. Broken: the
+    request's access line appears anyway."""
+    port = free_port()
+    path = f"/hidden-{uuid.uuid4().hex}"
+    with running_server(
+        "hello_app:app", "--port", str(port), "--log-level", "warning", wait=False
+    ) as server:
+        wait_until_serving(port)
+        with httpx.Client(timeout=5, trust_env=False) as client:
+            assert client.get(f"http://127.0.0.1:{port}{path}").status_code == 200
+        time.sleep(0.5)
+        assert path not in server.stderr, server.describe()
+
+
+@pytest.mark.parametrize(
+    ("loop", "module"),
+    [("asyncio", "asyncio"), ("uvloop", "uvloop"), ("auto", "uvloop")],
+)
+def test_loop_option(loop: str, module: str) -> None:
+    """Rule: --loop asyncio|uvloop picks that event loop; auto picks uvloop when installed.
+    Broken: the app's running loop comes from another module than the one asked for."""
+    with running_server("hello_app:app", "--loop", loop) as server:
+        assert server.get("/").json()["loop"].split(".")[0] == module
+
+
+def test_timeout_keep_alive_closes_idle_connection() -> None:
+    """Rule: --timeout-keep-alive SECS closes a connection idle that long, not earlier. With 1 s:
+    a request after 0.3 s idle is served on the same socket, then the server closes it within
+    about 1 s of idleness. Broken: closed too early (second request fails) or never (no EOF
+    within 4 s)."""
+    with running_server("hello_app:app", "--timeout-keep-alive", "1") as server:
+        with server.raw() as conn:
+            conn.send(request_bytes("GET", "/one"))
+            assert conn.read_response().status == 200
+            time.sleep(0.3)
+            conn.send(request_bytes("GET", "/two"))
+            assert conn.read_response().status == 200
+            idle_since = time.monotonic()
+            assert conn.wait_closed(4), "the idle connection was not closed"
+            idle = time.monotonic() - idle_since
+    assert 0.5 <= idle <= 3, f"closed after {idle:.2f}s idle with --timeout-keep-alive 1"
+
+
+def test_limit_concurrency_answers_503() -> None:
+    """Rule: --limit-concurrency N answers 503 to work beyond N concurrent requests (uvicorn's
+    behaviour), and serves again once below. With N = 2 and three slow requests in flight, a
+    fourth gets 503 whether the server counts connections or requests. Broken: the extra
+    request waits and gets a 200, none of the slow ones is served, or the server stays
+    saturated."""
+    with running_server("hello_app:app", "--limit-concurrency", "2") as server:
+        results: list[int] = []
+
+        def slow() -> None:
+            results.append(server.get("/sleep?secs=1.5", timeout=10).status_code)
+
+        threads = [threading.Thread(target=slow) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)
+        extra = server.get("/extra", timeout=5).status_code
+        for thread in threads:
+            thread.join(10)
+        recovered = poll(lambda: server.get("/after").status_code == 200, timeout=5)
+    assert extra == 503
+    assert 200 in results, results
+    assert recovered
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--proxy-headers", "--forwarded-allow-ips", "127.0.0.1"], ("203.0.113.7", "https")),
+        (["--no-proxy-headers"], ("127.0.0.1", "http")),
+        (["--proxy-headers", "--forwarded-allow-ips", "10.9.8.7"], ("127.0.0.1", "http")),
+    ],
+    ids=["trusted", "disabled", "untrusted-peer"],
+)
+def test_proxy_headers(args: list[str], expected: tuple[str, str]) -> None:
+    """Rule: --proxy-headers with the peer in --forwarded-allow-ips takes the client address
+    and scheme from X-Forwarded-For / X-Forwarded-Proto; --no-proxy-headers or an untrusted
+    peer leaves them alone. Broken: the headers are ignored when trusted or obeyed when not."""
+    headers = {"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https"}
+    with running_server("hello_app:app", *args) as server:
+        seen = server.get("/", headers=headers).json()
+    assert (seen["client"][0], seen["scheme"]) == expected
+
+
+def test_all_options_together() -> None:
+    """Rule: every option is accepted with a value of the documented form. Broken: one of them
+    is refused (the process exits at startup with a usage error)."""
+    with running_server(
+        "hello_app:app",
+        "--host",
+        "127.0.0.1",
+        "--workers",
+        "1",
+        "--loop",
+        "asyncio",
+        "--app-dir",
+        ".",
+        "--lifespan",
+        "on",
+        "--root-path",
+        "/root",
+        "--timeout-keep-alive",
+        "5",
+        "--timeout-graceful-shutdown",
+        "5",
+        "--limit-concurrency",
+        "100",
+        "--backlog",
+        "128",
+        "--log-level",
+        "debug",
+        "--access-log",
+        "--proxy-headers",
+        "--forwarded-allow-ips",
+        "127.0.0.1",
+    ) as server:
+        seen = server.get("/root/x").json()
+        code = server.stop(signal.SIGTERM)
+    assert seen["root_path"] == "/root"
+    assert is_clean_exit(code, signal.SIGTERM), server.describe()

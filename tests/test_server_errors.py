@@ -1,0 +1,134 @@
+"""App errors (``errors_app``): what the client gets and what lands in the log."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from serverutil import (
+    IncompleteResponse,
+    ServerProcess,
+    fetch_record,
+    raw_exchange,
+    request_bytes,
+    running_server,
+)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerProcess]:
+    with running_server("errors_app:app") as srv:
+        yield srv
+
+
+def token() -> str:
+    return uuid.uuid4().hex
+
+
+def still_serving(server: ServerProcess) -> None:
+    assert server.get("/ok").text == "ok", "the server stopped serving after an app error"
+
+
+def test_exception_before_start_gives_500_and_traceback(server: ServerProcess) -> None:
+    """Rule: an exception before http.response.start gives a 500 and a logged traceback that
+    names the exception. Broken: the client hangs or gets a closed connection, or stderr has
+    no traceback (with the app's frame) ending in the exception message."""
+    tok = token()
+    response = server.get("/raise-before", params={"token": tok})
+    assert response.status_code == 500
+    log = server.wait_for_output(rf"RuntimeError: failure before start {tok}", timeout=5)
+    before = server.stderr[: log.end()]
+    assert "Traceback (most recent call last)" in before, before[-3000:]
+    assert "errors_app.py" in before, f"the traceback has no frame of the app\n{before[-3000:]}"
+    still_serving(server)
+
+
+def test_exception_after_start_closes_connection(server: ServerProcess) -> None:
+    """Rule: an exception after the response started (a chunked body under way) closes the
+    connection without the terminating chunk, and is logged. Broken: the response is completed
+    as if nothing happened (ends with the 0-chunk), the connection hangs open (no EOF within
+    5 s), or the exception is not in the log."""
+    tok = token()
+    with server.raw() as conn:
+        conn.send(request_bytes("GET", f"/raise-after?token={tok}"))
+        try:
+            conn.read_until_close(timeout=5)
+        except IncompleteResponse as exc:
+            raise AssertionError("the connection was left open after the app failed") from exc
+    data = conn.received
+    assert not (data.startswith(b"HTTP/1.1 200") and data.endswith(b"0\r\n\r\n")), data[-200:]
+    server.wait_for_output(rf"failure after start {tok}", timeout=5)
+    still_serving(server)
+
+
+def test_exception_after_start_with_content_length_closes(server: ServerProcess) -> None:
+    """Rule: the same with a Content-Length of 100 and 10 bytes sent: the connection closes
+    short of 100 bytes. Broken: the server pads the body, or keeps the connection open (a
+    client would wait for the 90 missing bytes forever)."""
+    tok = token()
+    with server.raw() as conn:
+        conn.send(request_bytes("GET", f"/raise-after-content-length?token={tok}"))
+        try:
+            conn.read_until_close(timeout=5)
+        except IncompleteResponse as exc:
+            raise AssertionError("the connection was left open after the app failed") from exc
+    head, _, body = conn.received.partition(b"\r\n\r\n")
+    if head.startswith(b"HTTP/1.1 200"):
+        assert len(body) < 100, conn.received[:300]
+    server.wait_for_output(rf"failure after start {tok}", timeout=5)
+
+
+def test_return_without_response_gives_500(server: ServerProcess) -> None:
+    """Rule: an app that returns without sending a response gives a 500. Broken: the client
+    waits forever (timeout), gets an empty 200, or the connection drops."""
+    assert server.get("/no-response").status_code == 500
+    still_serving(server)
+
+
+@pytest.mark.parametrize("char", ["cr", "lf", "nul", "crlf"])
+@pytest.mark.parametrize("where", ["name", "value"])
+def test_bad_header_gives_500_and_never_reaches_wire(
+    server: ServerProcess, where: str, char: str
+) -> None:
+    """Rule: a response header whose name or value contains CR, LF or NUL gives a 500 and is
+    never written (no header injection). Broken: "injected" appears in the bytes on the wire,
+    or the app's 200 is sent."""
+    data = raw_exchange(
+        server.port,
+        request_bytes(
+            "GET", f"/bad-header?where={where}&char={char}", headers=[("Connection", "close")]
+        ),
+    )
+    assert data.startswith(b"HTTP/1.1 500"), data[:300]
+    assert b"injected" not in data, data[:500]
+    assert b"should not be sent" not in data
+    still_serving(server)
+
+
+def test_second_response_start_raises(server: ServerProcess) -> None:
+    """Rule: a second http.response.start is an error: send() raises in the app, and the
+    client never sees the second status (it gets a 500 if nothing was sent yet, else a closed
+    connection). Broken: the app records "raised": None, or a 201 reaches the client."""
+    key = token()
+    data = raw_exchange(
+        server.port,
+        request_bytes("GET", f"/double-start?key={key}", headers=[("Connection", "close")]),
+    )
+    record = fetch_record(server, key)
+    assert record["raised"], record
+    assert not data.startswith(b"HTTP/1.1 201"), data[:300]
+    assert b"second start accepted" not in data
+    if data:
+        assert data.startswith((b"HTTP/1.1 500", b"HTTP/1.1 200")), data[:300]
+    still_serving(server)
+
+
+def test_body_before_start_raises(server: ServerProcess) -> None:
+    """Rule: http.response.body before http.response.start is a protocol error: send() raises
+    and the client gets a 500. Broken: the body is sent with an invented status line, or the
+    call is silently ignored (the app records "raised": None)."""
+    key = token()
+    response = server.get("/body-before-start", params={"key": key})
+    assert response.status_code == 500
+    assert fetch_record(server, key)["raised"]

@@ -1,0 +1,179 @@
+"""Request bodies through ``receive()``: chunks with more_body, streaming before the body is
+complete, ``http.disconnect``, and ``Expect: 100-continue`` (``body_app``)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from serverutil import ServerProcess, fetch_record, request_bytes, running_server
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerProcess]:
+    with running_server("body_app:app") as srv:
+        yield srv
+
+
+def new_key() -> str:
+    return uuid.uuid4().hex
+
+
+def test_content_length_body_delivered_whole(server: ServerProcess) -> None:
+    """Rule: a Content-Length body reaches the app intact as http.request messages of bytes, the
+    last with more_body False. Broken: bytes lost or altered (sha differs), a str body, or a
+    final message still claiming more_body."""
+    body = os.urandom(300_000)
+    with server.client() as client:
+        report = client.post("/echo", content=body).json()
+    assert report["len"] == len(body)
+    assert report["sha256"] == hashlib.sha256(body).hexdigest()
+    messages = report["messages"]
+    assert {m["type"] for m in messages} == {"http.request"}
+    assert {m["body_type"] for m in messages} == {"bytes"}
+    assert [m["more_body"] for m in messages] == [True] * (len(messages) - 1) + [False]
+
+
+def test_chunked_body_streams_in_several_messages(server: ServerProcess) -> None:
+    """Rule: a chunked upload streams through receive() in chunks flagged more_body=True, then
+    one with more_body=False. Broken: the server never sets more_body (a single message would
+    mean the whole upload was buffered) or corrupts the body."""
+    parts = [os.urandom(64 * 1024) for _ in range(16)]
+
+    def slowly() -> Iterator[bytes]:
+        for part in parts:
+            time.sleep(0.01)
+            yield part
+
+    with server.client(timeout=10) as client:
+        report = client.post("/echo", content=slowly()).json()
+    whole = b"".join(parts)
+    assert report["len"] == len(whole)
+    assert report["sha256"] == hashlib.sha256(whole).hexdigest()
+    flags = [m["more_body"] for m in report["messages"]]
+    assert len(flags) >= 2, report["messages"]
+    assert flags[-1] is False and all(flags[:-1]), flags
+
+
+def test_empty_body_is_one_final_message(server: ServerProcess) -> None:
+    """Rule: a request without a body gives one http.request with body b"" and more_body
+    False. Broken: receive() hangs (the test times out), or the body is not bytes."""
+    with server.client() as client:
+        report = client.get("/echo").json()
+    assert report["messages"] == [
+        {"type": "http.request", "len": 0, "body_type": "bytes", "more_body": False}
+    ]
+
+
+def test_app_gets_first_chunk_before_body_is_complete(server: ServerProcess) -> None:
+    """Rule: bodies are streamed, never buffered whole before the app runs. The client sends
+    1000 of 200000 announced bytes and waits; the app answers after its first receive().
+    Broken: the server waits for the rest, no response arrives and the read times out."""
+    with server.raw(timeout=5) as conn:
+        head = request_bytes("POST", "/first-chunk", headers=[("Content-Length", "200000")])
+        conn.send(head + b"x" * 1000)
+        response = conn.read_response(timeout=5)
+    assert response.status == 200
+    report = response.json()
+    assert report["type"] == "http.request"
+    assert 0 < report["len"] <= 1000
+    assert report["more_body"] is True
+
+
+def test_disconnect_while_reading_body(server: ServerProcess) -> None:
+    """Rule: when the client goes away mid-body, receive() returns http.disconnect. Broken:
+    receive() hangs forever or raises, and the app never records what it saw."""
+    key = new_key()
+    with server.raw() as conn:
+        head = request_bytes(
+            "POST", f"/read-until-disconnect?key={key}", headers=[("Content-Length", "100000")]
+        )
+        conn.send(head + b"y" * 1000)
+        fetch_record(server, key + "-started")
+        time.sleep(0.2)
+    seen = fetch_record(server, key)
+    assert seen[-1] == "http.disconnect", seen
+    assert set(seen[:-1]) <= {"http.request"}, seen
+
+
+def test_disconnect_after_body_while_app_waits(server: ServerProcess) -> None:
+    """Rule: http.disconnect is delivered when the client closes while the app is waiting in
+    receive() after the whole body (it has not responded). Broken: the server stops watching
+    the connection once the body is read, and the app waits forever."""
+    key = new_key()
+    with server.raw() as conn:
+        conn.send(request_bytes("POST", f"/read-until-disconnect?key={key}", body=b"abc"))
+        fetch_record(server, key + "-started")
+        time.sleep(0.2)
+    seen = fetch_record(server, key)
+    assert seen == ["http.request", "http.disconnect"], seen
+
+
+def test_disconnect_on_every_receive_after_response(server: ServerProcess) -> None:
+    """Rule: after the response is complete, every receive() returns http.disconnect at once
+    (even while the keep-alive connection stays open). Broken: receive() blocks (recorded as
+    "timeout" after 2 s) or returns something else."""
+    key = new_key()
+    with server.client() as client:
+        assert client.get("/after-response", params={"key": key}).text == "done"
+        results = fetch_record(server, key)
+    assert [kind for kind, _ in results] == ["http.disconnect"] * 3, results
+    assert all(elapsed < 1.0 for _, elapsed in results), results
+
+
+def test_expect_100_continue_answered_on_receive(server: ServerProcess) -> None:
+    """Rule: with "Expect: 100-continue" the server sends "100 Continue" once the app calls
+    receive(), then the client sends the body. Broken: no interim response (the read times out
+    and the body is never sent) or the body never reaches the app."""
+    with server.raw(timeout=5) as conn:
+        conn.send(
+            request_bytes(
+                "POST", "/echo", headers=[("Expect", "100-continue"), ("Content-Length", "5")]
+            )
+        )
+        interim = conn.read_response(timeout=3)
+        assert interim.status == 100, interim
+        conn.send(b"hello")
+        final = conn.read_response()
+    assert final.status == 200
+    assert final.json()["len"] == 5
+
+
+def test_expect_100_continue_waits_for_receive(server: ServerProcess) -> None:
+    """Rule: "100 Continue" is sent when the app first calls receive(), not at once. The app
+    sleeps 0.6 s before reading. Broken: the interim response arrives immediately (the server
+    answers on parsing the request, inviting bodies the app may refuse)."""
+    with server.raw(timeout=5) as conn:
+        started = time.monotonic()
+        conn.send(
+            request_bytes(
+                "POST",
+                "/slow-read?delay=0.6",
+                headers=[("Expect", "100-continue"), ("Content-Length", "5")],
+            )
+        )
+        interim = conn.read_response(timeout=3)
+        waited = time.monotonic() - started
+        assert interim.status == 100, interim
+        conn.send(b"hello")
+        final = conn.read_response()
+    assert waited >= 0.5, f"100 Continue came {waited:.3f}s after the request"
+    assert final.status == 200 and final.body == b"hello"
+
+
+def test_no_100_continue_when_app_never_reads(server: ServerProcess) -> None:
+    """Rule: an app that responds without calling receive() never triggers "100 Continue"; the
+    first response the client sees is the final one. Broken: a 100 precedes the 200."""
+    with server.raw(timeout=5) as conn:
+        conn.send(
+            request_bytes(
+                "POST", "/no-read", headers=[("Expect", "100-continue"), ("Content-Length", "5")]
+            )
+        )
+        first = conn.read_response(timeout=3)
+    assert first.status == 200, first
+    assert first.body == b"answered without reading"

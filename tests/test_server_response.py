@@ -1,0 +1,156 @@
+"""Responses on the wire: framing, HEAD, keep-alive, pipelining, Date/Server, and ``send()``
+raising ``OSError`` once the client is gone (``response_app``, raw sockets)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+import pytest
+from serverutil import ServerProcess, fetch_record, request_bytes, running_server
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerProcess]:
+    with running_server("response_app:app") as srv:
+        yield srv
+
+
+def test_content_length_honoured(server: ServerProcess) -> None:
+    """Rule: a Content-Length set by the app is sent as is and the body sent in several
+    messages is framed by it (no chunked encoding). Broken: Transfer-Encoding: chunked is added
+    or the length is rewritten."""
+    with server.raw() as conn:
+        conn.send(request_bytes("GET", "/content-length"))
+        response = conn.read_response()
+    assert response.status == 200
+    assert response.all("content-length") == ["11"]
+    assert response.header("transfer-encoding") is None
+    assert response.body == b"hello world"
+
+
+def test_chunked_without_content_length_on_http11(server: ServerProcess) -> None:
+    """Rule: with no Content-Length, an HTTP/1.1 response is chunked and ends with the
+    zero-length chunk when more_body is False. Broken: no Transfer-Encoding (the body would be
+    close-delimited or unframed) or a missing terminating chunk (read times out)."""
+    with server.raw() as conn:
+        conn.send(request_bytes("GET", "/chunked"))
+        response = conn.read_response()
+    assert response.chunked, response.raw_head
+    assert response.body == b"abbccc"
+    assert response.chunk_sizes[-1] == 0
+
+
+def test_http10_response_is_close_delimited(server: ServerProcess) -> None:
+    """Rule: an HTTP/1.0 client gets no chunked encoding (it does not know it); a body without
+    Content-Length ends when the server closes the connection. Broken: chunk sizes appear in
+    the body, or the connection stays open (the read times out)."""
+    with server.raw() as conn:
+        conn.send(request_bytes("GET", "/chunked", version="HTTP/1.0"))
+        data = conn.read_until_close(timeout=5)
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1."), head
+    assert b"chunked" not in head.lower(), head
+    assert body == b"abbccc"
+
+
+def test_head_response_has_no_body(server: ServerProcess) -> None:
+    """Rule: a HEAD response carries headers but no body, even though the app sent one. A
+    second request pipelined behind it must parse cleanly. Broken: "hello" is written after
+    the HEAD response and the next status line is corrupted."""
+    with server.raw() as conn:
+        conn.send(request_bytes("HEAD", "/head") + request_bytes("GET", "/echo?after=head"))
+        head = conn.read_response(head=True)
+        after = conn.read_response()
+    assert head.status == 200
+    assert after.status == 200, after
+    assert after.body == b"GET /echo?after=head ", after.body
+
+
+def test_head_response_without_content_length_has_no_body(server: ServerProcess) -> None:
+    """Rule: HEAD gets no body also when the app streams one without Content-Length. Broken:
+    chunks follow the HEAD response and corrupt the next response on the connection."""
+    with server.raw() as conn:
+        conn.send(request_bytes("HEAD", "/head-chunked") + request_bytes("GET", "/echo?n=2"))
+        head = conn.read_response(head=True)
+        after = conn.read_response()
+    assert head.status == 200
+    assert after.body == b"GET /echo?n=2 ", after.body
+
+
+def test_keep_alive_reuses_the_connection(server: ServerProcess) -> None:
+    """Rule: HTTP/1.1 connections are kept alive: three requests in turn on one socket are
+    all answered. Broken: the server closes after the first response (EOF on the second)."""
+    with server.raw() as conn:
+        for n in range(3):
+            conn.send(request_bytes("GET", f"/echo?n={n}"))
+            response = conn.read_response()
+            assert response.body == f"GET /echo?n={n} ".encode()
+            assert (response.header("connection") or "").lower() != "close"
+
+
+def test_keep_alive_with_httpx_same_client_port(server: ServerProcess) -> None:
+    """Rule: keep-alive as an ordinary client sees it: httpx's pooled requests arrive from the
+    same client port. Broken: each request comes on a new connection (different ports)."""
+    with server.client() as client:
+        ports = {client.get("/client-port").text for _ in range(3)}
+    assert len(ports) == 1, ports
+
+
+def test_pipelined_requests_answered_in_order(server: ServerProcess) -> None:
+    """Rule: pipelined requests (sent back to back before any response, a body in the middle)
+    are answered in order. Broken: responses are missing, reordered, or the POST body is
+    taken for the next request line."""
+    data = (
+        request_bytes("GET", "/echo?n=1")
+        + request_bytes("POST", "/echo?n=2", body=b"payload")
+        + request_bytes("GET", "/echo?n=3")
+    )
+    with server.raw() as conn:
+        conn.send(data)
+        bodies = [conn.read_response().body for _ in range(3)]
+    assert bodies == [b"GET /echo?n=1 ", b"POST /echo?n=2 payload", b"GET /echo?n=3 "]
+
+
+def test_date_and_server_headers(server: ServerProcess) -> None:
+    """Rule: every response has a Date header (RFC 9110 format, current time) and a Server
+    header. Broken: either header is missing or Date is unparsable or stale."""
+    with server.raw() as conn:
+        conn.send(request_bytes("GET", "/"))
+        response = conn.read_response()
+    date = response.header("date")
+    assert date, response.raw_head
+    sent_at = parsedate_to_datetime(date)
+    assert abs((datetime.now(UTC) - sent_at).total_seconds()) < 60, date
+    assert response.header("server"), response.raw_head
+
+
+def test_status_and_repeated_response_headers(server: ServerProcess) -> None:
+    """Rule: the app's status and headers reach the client, repeated names (Set-Cookie) kept
+    separately, values untouched. Broken: a status replaced by 200, cookies merged or lost."""
+    with server.client() as client:
+        assert client.get("/status", params={"code": "418"}).status_code == 418
+    with server.raw() as conn:
+        conn.send(request_bytes("GET", "/multi-header"))
+        response = conn.read_response()
+    assert response.all("set-cookie") == ["a=1", "b=2"]
+    assert response.header("x-custom") == "Value With Case"
+
+
+def test_send_raises_oserror_after_client_disconnects(server: ServerProcess) -> None:
+    """Rule: once the client has gone away, send() raises an OSError subclass, so the app stops
+    producing. The client reads the start of an endless stream and closes. Broken: send() keeps
+    succeeding (the app records type None after ~8 s) or raises an
+    exception that is not an OSError."""
+    key = uuid.uuid4().hex
+    with server.raw() as conn:
+        conn.send(request_bytes("GET", f"/stream-until-error?key={key}"))
+        conn.read_until(b"\r\n\r\n")
+        conn.read_exactly(20_000)
+    started = time.monotonic()
+    record = fetch_record(server, key, timeout=10)
+    assert record["is_oserror"], record
+    assert time.monotonic() - started < 10

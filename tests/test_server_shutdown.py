@@ -1,0 +1,175 @@
+"""Graceful shutdown on SIGINT/SIGTERM (``shutdown_app``): stop accepting, finish in-flight
+requests within --timeout-graceful-shutdown, cancel the rest, run lifespan shutdown, exit."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from serverutil import (
+    ServerProcess,
+    is_clean_exit,
+    read_events,
+    request_bytes,
+    running_server,
+    wait_for_event,
+)
+
+
+def events_env(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    path = tmp_path / "events.log"
+    return path, {"FERRULE_TEST_EVENTS": str(path)}
+
+
+class Background:
+    """One request in a thread; ``result`` is the response or the exception."""
+
+    def __init__(self, server: ServerProcess, path: str, timeout: float = 20.0) -> None:
+        self.result: httpx.Response | BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(server, path, timeout))
+        self.thread.start()
+
+    def _run(self, server: ServerProcess, path: str, timeout: float) -> None:
+        try:
+            self.result = server.get(path, timeout=timeout)
+        except BaseException as exc:  # noqa: BLE001 - inspected by the test
+            self.result = exc
+
+    def join(self, timeout: float = 20.0) -> httpx.Response | BaseException | None:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the background request is still running"
+        return self.result
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_stops_server_and_runs_lifespan_shutdown(tmp_path: Path, sig: int) -> None:
+    """Rule: SIGINT and SIGTERM stop an idle server gracefully: lifespan shutdown runs and the
+    exit is clean (0). Broken: the signal is ignored while Rust code runs (no exit within 10 s),
+    the process dies without "shutdown" in the events, or exits with an error status."""
+    events, env = events_env(tmp_path)
+    with running_server("shutdown_app:app", env=env) as server:
+        assert server.get("/").text == "ok"
+        started = time.monotonic()
+        code = server.stop(sig)
+        elapsed = time.monotonic() - started
+    assert is_clean_exit(code, sig), server.describe()
+    assert read_events(events) == ["startup", "shutdown"]
+    assert elapsed < 5, f"an idle server took {elapsed:.1f}s to stop"
+    assert "Traceback" not in server.stderr, server.describe()
+
+
+def test_in_flight_request_completes_during_shutdown(tmp_path: Path) -> None:
+    """Rule: a request in flight when SIGINT arrives is allowed to finish and its response is
+    delivered whole. Broken: the client gets a connection error or a 5xx, or the app logs
+    "cancelled"."""
+    events, env = events_env(tmp_path)
+    with running_server("shutdown_app:app", env=env) as server:
+        request = Background(server, "/slow?sleep=1.5&key=a")
+        wait_for_event(events, "start a")
+        server.send_signal(signal.SIGINT)
+        result = request.join()
+        code = server.wait_exit()
+    assert isinstance(result, httpx.Response), result
+    assert result.status_code == 200 and result.text == "finished a"
+    assert is_clean_exit(code), server.describe()
+    assert "cancelled a" not in read_events(events)
+
+
+def test_stops_accepting_new_connections(tmp_path: Path) -> None:
+    """Rule: once shutdown starts, new connections are not served (refused or closed without a
+    response) while an in-flight request still runs. Broken: a request sent after SIGINT gets a
+    200 as if nothing happened."""
+    events, env = events_env(tmp_path)
+    with running_server("shutdown_app:app", env=env) as server:
+        request = Background(server, "/slow?sleep=2&key=a")
+        wait_for_event(events, "start a")
+        server.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        served_late = False
+        try:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=2) as sock:
+                sock.settimeout(2)
+                sock.sendall(request_bytes("GET", "/"))
+                served_late = sock.recv(100).startswith(b"HTTP/1.1 200")
+        except OSError:
+            pass
+        result = request.join()
+        code = server.wait_exit()
+    assert not served_late, "a connection opened after SIGINT was served"
+    assert isinstance(result, httpx.Response) and result.status_code == 200, result
+    assert is_clean_exit(code), server.describe()
+
+
+def test_graceful_timeout_cancels_stuck_requests(tmp_path: Path) -> None:
+    """Rule: requests still running after --timeout-graceful-shutdown seconds are cancelled
+    (the app sees CancelledError), then lifespan shutdown runs and the process exits cleanly.
+    Broken: the server waits for the 60 s request (no exit within 10 s), exits without
+    cancelling (no "cancelled" event), or skips lifespan shutdown."""
+    events, env = events_env(tmp_path)
+    with running_server("shutdown_app:app", "--timeout-graceful-shutdown", "1", env=env) as server:
+        request = Background(server, "/slow?sleep=60&key=stuck")
+        wait_for_event(events, "start stuck")
+        started = time.monotonic()
+        server.send_signal(signal.SIGINT)
+        code = server.wait_exit(10)
+        elapsed = time.monotonic() - started
+        result = request.join()
+    assert is_clean_exit(code), server.describe()
+    assert 0.8 <= elapsed < 6, f"exited {elapsed:.1f}s after SIGINT with a 1 s grace period"
+    seen = read_events(events)
+    assert "cancelled stuck" in seen, seen
+    assert seen.index("cancelled stuck") < seen.index("shutdown"), seen
+    assert not (isinstance(result, httpx.Response) and result.status_code == 200), result
+
+
+def test_idle_keep_alive_connection_does_not_delay_shutdown(tmp_path: Path) -> None:
+    """Rule: idle keep-alive connections are closed at shutdown rather than waited for. A client
+    keeps one open; SIGINT must still stop the server promptly. Broken: the server waits for
+    the keep-alive timeout or forever (exit takes > 3 s)."""
+    events, env = events_env(tmp_path)
+    with running_server("shutdown_app:app", "--timeout-keep-alive", "30", env=env) as server:
+        with server.raw() as conn:
+            conn.send(request_bytes("GET", "/"))
+            assert conn.read_response().status == 200
+            started = time.monotonic()
+            server.send_signal(signal.SIGINT)
+            code = server.wait_exit(10)
+            elapsed = time.monotonic() - started
+            assert conn.wait_closed(2), "the idle connection was left open"
+    assert is_clean_exit(code), server.describe()
+    assert elapsed < 3, f"shutdown took {elapsed:.1f}s with an idle keep-alive connection"
+
+
+def test_shutdown_under_load(tmp_path: Path) -> None:
+    """Rule: SIGINT works while the server is busy (the signal is seen even when Rust code or
+    app code is running): 8 threads keep sending requests, the server still stops cleanly.
+    Broken: the signal is lost under load (no exit within 10 s) or the exit is a crash."""
+    events, env = events_env(tmp_path)
+    stop = threading.Event()
+    with running_server("shutdown_app:app", env=env) as server:
+
+        def hammer() -> None:
+            with httpx.Client(base_url=server.base_url, timeout=2, trust_env=False) as client:
+                while not stop.is_set():
+                    try:
+                        client.get("/slow", params={"sleep": "0.01", "key": "load"})
+                    except httpx.HTTPError:
+                        time.sleep(0.01)
+
+        threads = [threading.Thread(target=hammer) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        try:
+            time.sleep(1.0)
+            code = server.stop(signal.SIGINT, timeout=10)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(5)
+    assert is_clean_exit(code), server.describe()
+    assert read_events(events)[-1] == "shutdown", read_events(events)[-5:]
