@@ -292,3 +292,24 @@ def test_asyncio_queue_moves_every_item_through_a_small_buffer(run) -> None:
         assert sorted(received) == list(range(5 * per_producer))
 
     run(main)
+
+
+def test_current_task_get_coro_is_the_driven_coroutine(run) -> None:
+    """``asyncio.current_task().get_coro()`` inside a driven coroutine is that coroutine, on every
+    interpreter. anyio's ``get_current_task()`` (used by its memory streams, hence by Starlette's
+    BaseHTTPMiddleware) asserts it is not None.
+
+    Seen failing on 3.13 and 3.14: the per-coroutine task is eagerly started over a sentinel
+    that finishes at once, after which ``get_coro()`` returned None, and every Starlette request
+    through BaseHTTPMiddleware failed with "created TaskInfo from a completed Task".
+    """
+
+    async def main(bridge: ferrule.Bridge) -> bool:
+        async def driven() -> bool:
+            coro = asyncio.current_task().get_coro()
+            info = anyio.get_current_task()
+            return coro is not None and coro.cr_code is driven.__code__ and info.coro is coro
+
+        return await bridge.spawn(driven())
+
+    assert run(main).result is True

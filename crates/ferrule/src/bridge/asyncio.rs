@@ -26,6 +26,12 @@ class DriverTask(asyncio.Task):
         # on uvloop); the coroutine this task stands for is done only when the job is.
         return self._ferrule_job is None and super().done()
 
+    def get_coro(self):
+        # The coroutine the bridge drives, not the sentinel (which 3.12+ clears once done and
+        # anyio asserts on).
+        job = self._ferrule_job
+        return super().get_coro() if job is None else job.coro
+
     def cancel(self, msg=None):
         job = self._ferrule_job
         return False if job is None else job.cancel(msg)

@@ -214,6 +214,12 @@ impl Job {
         state.cancels
     }
 
+    /// The coroutine (or awaitable's iterator) being driven, for `DriverTask.get_coro()`.
+    #[getter(coro)]
+    fn coro_object(&self, py: Python<'_>) -> Py<PyAny> {
+        self.coro.clone_ref(py)
+    }
+
     #[getter]
     fn finished(&self) -> bool {
         self.state.lock().unwrap().finished
