@@ -26,6 +26,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout-keep-alive", type=float, default=5.0)
     p.add_argument("--timeout-graceful-shutdown", type=float, default=None)
     p.add_argument("--limit-concurrency", type=int, default=None)
+    p.add_argument(
+        "--limit-request-body", type=int, default=None, help="largest request body (bytes): 413"
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        help="open connections per worker (default: what the descriptor limit allows)",
+    )
     p.add_argument("--backlog", type=int, default=2048)
     p.add_argument("--log-level", choices=list(LOG_LEVELS), default="info")
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)

@@ -97,6 +97,8 @@ class HttpServer:
         state: dict[str, Any] | None = None,
         timeout_keep_alive: float = 5.0,
         limit_concurrency: int | None = None,
+        limit_request_body: int | None = None,
+        max_connections: int = 4096,
         access_log: bool = True,
         server_header: bool = True,
     ) -> None: ...

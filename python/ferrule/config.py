@@ -38,6 +38,8 @@ class Config:
     timeout_keep_alive: float = 5.0
     timeout_graceful_shutdown: float | None = None
     limit_concurrency: int | None = None
+    limit_request_body: int | None = None
+    max_connections: int | None = None
     backlog: int = 2048
     log_level: str | int | None = "info"
     access_log: bool = True
@@ -66,6 +68,13 @@ class Config:
             raise ValueError(f"unknown log level {self.log_level!r}") from None
 
     @property
+    def connection_limit(self) -> int:
+        """``max_connections``, or what the descriptor limit allows (raised to its hard limit)."""
+        if self.max_connections is not None:
+            return self.max_connections
+        return max(64, raise_descriptor_limit() - 64)
+
+    @property
     def trusted_proxies(self) -> list[str]:
         ips = self.forwarded_allow_ips
         if ips is None:
@@ -87,6 +96,22 @@ class Config:
         if not callable(app):
             raise AppLoadError(f"Error loading ASGI app: {self.app!r} is not callable.")
         return app
+
+
+def raise_descriptor_limit() -> int:
+    """Raises this process's open-file limit to its hard limit; returns the new soft limit."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, 65536)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return min(soft, 65536)
 
 
 def import_from_string(import_string: str) -> Any:

@@ -84,6 +84,8 @@ async def _serve(config: Config, app: Any, sock: socket.socket) -> int:
             state=lifespan.state,
             timeout_keep_alive=config.timeout_keep_alive,
             limit_concurrency=config.limit_concurrency,
+            limit_request_body=config.limit_request_body,
+            max_connections=config.connection_limit,
             access_log=config.access_log,
         )
         where = describe(sock, config)
@@ -219,6 +221,10 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
         args += ["--timeout-graceful-shutdown", str(config.timeout_graceful_shutdown)]
     if config.limit_concurrency is not None:
         args += ["--limit-concurrency", str(config.limit_concurrency)]
+    if config.limit_request_body is not None:
+        args += ["--limit-request-body", str(config.limit_request_body)]
+    if config.max_connections is not None:
+        args += ["--max-connections", str(config.max_connections)]
     if isinstance(config.log_level, str):
         args += ["--log-level", config.log_level]
     args.append("--access-log" if config.access_log else "--no-access-log")

@@ -60,6 +60,8 @@ struct ExchangeState {
     body_tx: Option<mpsc::Sender<Bytes>>,
     body: RequestBody,
     disconnected: bool,
+    /// Request body bytes handed to the app so far (for `limit_request_body`).
+    body_read: u64,
     status: u16,
     /// `receive()` calls waiting for `http.disconnect`.
     disconnect_waiters: Vec<Py<NativeFuture>>,
@@ -89,6 +91,7 @@ impl Exchange {
                 body_tx: None,
                 body: RequestBody::Unread(body),
                 disconnected: false,
+                body_read: 0,
                 status: 0,
                 disconnect_waiters: Vec::new(),
             }),
@@ -135,8 +138,8 @@ impl Exchange {
                             StatusCode::INTERNAL_SERVER_ERROR,
                             &self.server,
                         ));
+                        state.status = 500;
                     }
-                    state.status = 500;
                     Some(if failed {
                         ""
                     } else {
@@ -269,13 +272,34 @@ async fn read_body_chunk(
             let mut state = exchange.state.lock().unwrap();
             match chunk {
                 Ok((data, finished)) => {
-                    state.body = if finished {
-                        RequestBody::Done
+                    state.body_read += data.len() as u64;
+                    let limit = exchange.server.limit_request_body;
+                    if limit.is_some_and(|limit| state.body_read > limit) {
+                        // A body without Content-Length that grew past the limit: answer 413 if
+                        // the response has not started, and the app hears the client is gone.
+                        state.body = RequestBody::Done;
+                        if let Some(head_tx) = state.head_tx.take() {
+                            let mut response =
+                                plain_response(StatusCode::PAYLOAD_TOO_LARGE, &exchange.server);
+                            response.headers_mut().insert(
+                                http::header::CONNECTION,
+                                HeaderValue::from_static("close"),
+                            );
+                            let _ = head_tx.send(response);
+                            state.status = 413;
+                        }
+                        drop(state);
+                        exchange.mark_disconnected(py);
+                        disconnect_message(py)
                     } else {
-                        RequestBody::Unread(incoming)
-                    };
-                    drop(state);
-                    request_message(py, &data, !finished)
+                        state.body = if finished {
+                            RequestBody::Done
+                        } else {
+                            RequestBody::Unread(incoming)
+                        };
+                        drop(state);
+                        request_message(py, &data, !finished)
+                    }
                 }
                 Err(_) => {
                     // A broken or abandoned body: the app hears the client is gone.
@@ -336,6 +360,9 @@ impl Send {
             .ok_or_else(|| PyValueError::new_err(format!("invalid HTTP status code {status}")))?;
         let headers = parse_headers(py, message)?;
         let mut state = self.exchange.state.lock().unwrap();
+        if state.disconnected {
+            return Err(ClientDisconnected::new_err("the client disconnected"));
+        }
         if state.phase != Phase::Waiting {
             return Err(PyRuntimeError::new_err(
                 "Unexpected ASGI message 'http.response.start': the response has already started",

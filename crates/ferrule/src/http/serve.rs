@@ -17,7 +17,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::bridge::{self, Bridge, Completion, Job, NativeFuture, Resume, ResumeVia};
 
@@ -37,6 +37,10 @@ pub struct ServerShared {
     /// A resolved `NativeFuture` every non-blocking `send()` returns (awaiting it never waits).
     pub done_future: Py<NativeFuture>,
     limit_concurrency: Option<usize>,
+    /// Largest request body accepted, in bytes: past it the client gets 413.
+    pub limit_request_body: Option<u64>,
+    /// Open connections allowed at once; accepting waits for one to close past it.
+    max_connections: usize,
     in_flight: AtomicUsize,
     keep_alive: Duration,
     server_header: Option<HeaderValue>,
@@ -74,7 +78,7 @@ pub struct HttpServer {
 #[pymethods]
 impl HttpServer {
     #[new]
-    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, access_log=true, server_header=true))]
+    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -84,9 +88,14 @@ impl HttpServer {
         state: Option<Py<PyDict>>,
         timeout_keep_alive: f64,
         limit_concurrency: Option<usize>,
+        limit_request_body: Option<u64>,
+        max_connections: usize,
         access_log: bool,
         server_header: bool,
     ) -> PyResult<Self> {
+        if max_connections == 0 {
+            return Err(PyValueError::new_err("max_connections must be at least 1"));
+        }
         let logging = py.import("logging")?;
         let error_logger = logging.call_method1("getLogger", ("ferrule.error",))?;
         let access_logger = logging.call_method1("getLogger", ("ferrule.access",))?;
@@ -107,6 +116,8 @@ impl HttpServer {
             access_logger: access_enabled.then(|| access_logger.unbind()),
             done_future,
             limit_concurrency,
+            limit_request_body,
+            max_connections,
             in_flight: AtomicUsize::new(0),
             keep_alive,
             server_header: server_header.then(|| HeaderValue::from_static("ferrule")),
@@ -237,14 +248,18 @@ async fn accept_loop(
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(shared.keep_alive.max(Duration::from_secs(1)));
+        .header_read_timeout(shared.keep_alive.max(Duration::from_secs(1)))
+        // The request line and headers must fit in 64 KiB: past it hyper answers 431 (or 414
+        // for a request line alone that long) and closes.
+        .max_buf_size(MAX_HEAD_BYTES);
+    let permits = Arc::new(Semaphore::new(shared.max_connections));
     loop {
         let accepted = tokio::select! {
             biased;
             _ = stop.wait_for(Option::is_some) => break,
-            accepted = accept(&listener) => accepted,
+            accepted = accept_with_permit(&listener, &permits) => accepted,
         };
-        let (io, conn) = match accepted {
+        let (io, conn, permit) = match accepted {
             Ok(accepted) => accepted,
             Err(_) => {
                 // Out of descriptors or a connection reset before accept: keep serving.
@@ -263,6 +278,7 @@ async fn accept_loop(
                 _ = connection => {}
                 _ = abort.wait_for(|aborted| *aborted) => {}
             }
+            drop(permit);
         });
     }
     drop(listener);
@@ -282,7 +298,24 @@ async fn accept_loop(
     }
 }
 
+/// hyper's read buffer, which bounds the request line plus headers.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+
 type Accepted = (Box<dyn IoStream>, ConnInfo);
+
+/// Waits for a connection slot, then for a connection.
+async fn accept_with_permit(
+    listener: &Listener,
+    permits: &Arc<Semaphore>,
+) -> std::io::Result<(TokioIo<Box<dyn IoStream>>, ConnInfo, OwnedSemaphorePermit)> {
+    let permit = permits
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("the semaphore is never closed");
+    let (io, conn) = accept(listener).await?;
+    Ok((io, conn, permit))
+}
 
 trait IoStream: AsyncRead + AsyncWrite + Unpin + std::marker::Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + std::marker::Send> IoStream for T {}
@@ -331,6 +364,14 @@ async fn handle(
         shared.request_finished();
         return Ok(plain_response(StatusCode::SERVICE_UNAVAILABLE, &shared));
     }
+    if let Some(status) = refusal(&request, &shared) {
+        shared.request_finished();
+        let mut response = plain_response(status, &shared);
+        response
+            .headers_mut()
+            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        return Ok(response);
+    }
     let (parts, body) = request.into_parts();
     let (head_tx, head_rx) = oneshot::channel();
     let exchange = Arc::new(Exchange::new(shared.clone(), head_tx, body));
@@ -356,6 +397,29 @@ async fn handle(
         .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &shared));
     guard.0 = None;
     Ok(response)
+}
+
+/// A request refused before the app sees it: headers over `MAX_HEAD_BYTES` in all (hyper
+/// enforces its buffer limit only when a head arrives in several reads), or a declared body over
+/// `limit_request_body` (hyper has already rejected malformed Content-Lengths).
+fn refusal(request: &Request<Incoming>, shared: &ServerShared) -> Option<StatusCode> {
+    let head_bytes: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    if head_bytes > MAX_HEAD_BYTES {
+        return Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    }
+    let limit = shared.limit_request_body?;
+    let length: u64 = request
+        .headers()
+        .get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()?;
+    (length > limit).then_some(StatusCode::PAYLOAD_TOO_LARGE)
 }
 
 /// Calls the app and hands its coroutine to the bridge, which drives it right here.
