@@ -630,3 +630,51 @@ def is_clean_exit(code: int | None, sig: int = signal.SIGINT) -> bool:
     """A graceful stop: exit status 0, or death by re-raising the same signal after the
     shutdown (what uvicorn does, and the issue allows)."""
     return code == 0 or code == -sig
+
+
+# -- hostile input (``tests/test_hostile_*.py``) -----------------------------------------------
+
+
+def fd_count(pid: int) -> int:
+    """Open file descriptors of ``pid`` (entries of ``/proc/PID/fd``)."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+class _ReceivedBytes(RawConnection):
+    """A :class:`RawConnection` over bytes already read (no socket), to reuse its parser."""
+
+    def __init__(self, data: bytes) -> None:  # no socket on purpose
+        self.timeout = 0.001
+        self.buffer = data
+        self.received = data
+        self.eof = True
+
+    def close(self) -> None:
+        pass
+
+
+def parse_responses(data: bytes) -> tuple[list[RawResponse], bytes]:
+    """Split everything read from one connection into complete responses, in order; also
+    returns the bytes left over after the last complete one (a truncated response, junk)."""
+    reader = _ReceivedBytes(data)
+    responses: list[RawResponse] = []
+    while reader.buffer:
+        before = reader.buffer
+        try:
+            responses.append(reader.read_response())
+        except (IncompleteResponse, ValueError, IndexError):
+            return responses, before
+    return responses, b""
+
+
+def send_in_background(conn: RawConnection, data: bytes) -> threading.Thread:
+    """``sendall`` on a daemon thread (errors such as a reset are swallowed), so the caller can
+    read an early answer while a large request is still being written. Join it when done."""
+
+    def run() -> None:
+        with contextlib.suppress(OSError):
+            conn.sock.sendall(data)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread

@@ -7,7 +7,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::io::Exchange;
+use super::io::{ClientDisconnected, Exchange};
+use super::serve::ServerShared;
 
 /// The request line parts the access log needs, captured before the request is handed over.
 pub struct AccessInfo {
@@ -29,6 +30,15 @@ pub fn on_app_done(
     let failed = result.is_err();
     let (status, problem) = exchange.finish_app(py, failed);
     if let Err(error) = result {
+        if error.is_instance_of::<ClientDisconnected>(py) {
+            // The app let send()'s "client went away" propagate: routine, not an app bug.
+            let _ = server.error_logger.bind(py).call_method1(
+                intern!(py, "info"),
+                ("Client disconnected before the response completed",),
+            );
+            log_access(py, server, access, status);
+            return;
+        }
         let kwargs = PyDict::new(py);
         // into_value attaches the traceback to the exception, which logging then prints.
         let logged = kwargs
@@ -49,6 +59,10 @@ pub fn on_app_done(
             .bind(py)
             .call_method1(intern!(py, "error"), (problem,));
     }
+    log_access(py, server, access, status);
+}
+
+fn log_access(py: Python<'_>, server: &ServerShared, access: &AccessInfo, status: u16) {
     if let Some(access_logger) = &server.access_logger {
         let _ = access_logger.bind(py).call_method1(
             intern!(py, "info"),

@@ -301,9 +301,22 @@ async fn read_body_chunk(
                         request_message(py, &data, !finished)
                     }
                 }
-                Err(_) => {
-                    // A broken or abandoned body: the app hears the client is gone.
+                Err(err) => {
+                    // A malformed body (bad chunk framing) gets 400 if the response has not
+                    // started; either way the app hears the client is gone.
                     state.body = RequestBody::Done;
+                    if !err.is_incomplete_message() {
+                        if let Some(head_tx) = state.head_tx.take() {
+                            let mut response =
+                                plain_response(StatusCode::BAD_REQUEST, &exchange.server);
+                            response.headers_mut().insert(
+                                http::header::CONNECTION,
+                                HeaderValue::from_static("close"),
+                            );
+                            let _ = head_tx.send(response);
+                            state.status = 400;
+                        }
+                    }
                     drop(state);
                     exchange.mark_disconnected(py);
                     disconnect_message(py)
@@ -482,9 +495,15 @@ fn parse_headers(py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<HeaderM
     };
     for item in items.try_iter()? {
         let item = item?;
-        let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract().map_err(|_| {
-            PyTypeError::new_err("each response header must be a (name, value) pair")
-        })?;
+        // Any two-item sequence (the spec's own examples use lists), but not bytes or str.
+        let pair: Vec<Bound<'_, PyAny>> = item
+            .extract()
+            .ok()
+            .filter(|pair: &Vec<Bound<'_, PyAny>>| pair.len() == 2)
+            .ok_or_else(|| {
+                PyTypeError::new_err("each response header must be a (name, value) pair")
+            })?;
+        let [name, value]: [Bound<'_, PyAny>; 2] = pair.try_into().expect("two items");
         let name = name
             .cast::<PyBytes>()
             .map_err(|_| PyTypeError::new_err("response header names must be bytes"))?

@@ -403,23 +403,48 @@ async fn handle(
 /// enforces its buffer limit only when a head arrives in several reads), or a declared body over
 /// `limit_request_body` (hyper has already rejected malformed Content-Lengths).
 fn refusal(request: &Request<Incoming>, shared: &ServerShared) -> Option<StatusCode> {
-    let head_bytes: usize = request
-        .headers()
+    let headers = request.headers();
+    let head_bytes: usize = headers
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len() + 4)
         .sum();
     if head_bytes > MAX_HEAD_BYTES {
         return Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
     }
+    if ambiguous_framing(headers) {
+        return Some(StatusCode::BAD_REQUEST);
+    }
     let limit = shared.limit_request_body?;
-    let length: u64 = request
-        .headers()
+    let length: u64 = headers
         .get(http::header::CONTENT_LENGTH)?
         .to_str()
         .ok()?
         .parse()
         .ok()?;
     (length > limit).then_some(StatusCode::PAYLOAD_TOO_LARGE)
+}
+
+/// Body framing two parsers could read differently, the raw material of request smuggling:
+/// Content-Length given more than once or together with Transfer-Encoding, or any
+/// Transfer-Encoding but a single `chunked`. hyper tolerates some of these (as RFC 9112 allows);
+/// a server facing the internet refuses them all.
+fn ambiguous_framing(headers: &http::HeaderMap) -> bool {
+    let lengths = headers.get_all(http::header::CONTENT_LENGTH).iter().count();
+    let mut encodings = headers.get_all(http::header::TRANSFER_ENCODING).iter();
+    let encoding = encodings.next();
+    if encodings.next().is_some() || lengths > 1 {
+        return true;
+    }
+    match encoding {
+        None => false,
+        Some(encoding) => {
+            lengths > 0
+                || !encoding
+                    .as_bytes()
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(b"chunked")
+        }
+    }
 }
 
 /// Calls the app and hands its coroutine to the bridge, which drives it right here.
