@@ -396,7 +396,8 @@ def test_smuggled_request_never_reaches_app(
     says which) is never parsed as a second request: the app never sees the smuggled path, the
     connection carries at most one response, and that response is a 4xx followed by a close
     (for the CL+TE cases in KNOWN_GAPS, hyper serves the carrier by its Transfer-Encoding and
-    closes: safe, but not the 400 the issue asks for). Broken: ``/smuggled-...`` shows up in the app's ``/_seen`` list or a second response
+    closes: safe, but not the 400 the issue asks for).
+    Broken: ``/smuggled-...`` shows up in the app's ``/_seen`` list or a second response
     appears (request smuggling), or the carrier request is served (2xx) or left open."""
     marker = new_marker()
     build = builder(marker.encode())
