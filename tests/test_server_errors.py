@@ -132,3 +132,19 @@ def test_body_before_start_raises(server: ServerProcess) -> None:
     response = server.get("/body-before-start", params={"key": key})
     assert response.status_code == 500
     assert fetch_record(server, key)["raised"]
+
+
+def test_app_raising_before_returning_a_coroutine_gives_500_and_traceback() -> None:
+    """Rule: an ASGI callable that raises when called (before there is a coroutine to drive)
+    gets the same treatment as one raising inside: 500, a logged traceback, an access line, and
+    the server keeps serving.
+    Broken before: the error went to ``sys.unraisablehook`` ("Exception ignored in ...") with no
+    ``ferrule.error`` line and no access line."""
+    with running_server("sync_raise_app:app") as srv:
+        for _ in range(2):
+            assert srv.get("/").status_code == 500
+        srv.wait_for_output(r'"GET / HTTP/1.1" 500', timeout=5)
+        log = srv.stderr
+        assert "Exception in ASGI application" in log
+        assert "ValueError: raised while calling the app" in log
+        assert "Traceback (most recent call last)" in log

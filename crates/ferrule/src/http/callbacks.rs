@@ -9,20 +9,36 @@ use pyo3::types::PyDict;
 
 use super::io::{ClientDisconnected, Exchange};
 use super::serve::ServerShared;
+use super::types::{http_version, ConnInfo};
 
 /// The request line parts the access log needs, captured before the request is handed over.
 pub struct AccessInfo {
-    pub client: String,
-    pub method: String,
-    pub target: String,
-    pub version: &'static str,
+    client: String,
+    method: String,
+    target: String,
+    version: &'static str,
+}
+
+impl AccessInfo {
+    pub fn new(parts: &http::request::Parts, conn: &ConnInfo) -> Self {
+        let target = parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.to_string());
+        Self {
+            client: conn.client_label(),
+            method: parts.method.to_string(),
+            target,
+            version: http_version(parts.version),
+        }
+    }
 }
 
 /// The `Completion::Callback` of every request's job.
 pub fn on_app_done(
     py: Python<'_>,
     exchange: &Arc<Exchange>,
-    access: &AccessInfo,
+    access: Option<&AccessInfo>,
     result: PyResult<Py<PyAny>>,
 ) {
     let server = &exchange.server;
@@ -62,8 +78,8 @@ pub fn on_app_done(
     log_access(py, server, access, status);
 }
 
-fn log_access(py: Python<'_>, server: &ServerShared, access: &AccessInfo, status: u16) {
-    if let Some(access_logger) = &server.access_logger {
+fn log_access(py: Python<'_>, server: &ServerShared, access: Option<&AccessInfo>, status: u16) {
+    if let (Some(access_logger), Some(access)) = (&server.access_logger, access) {
         let _ = access_logger.bind(py).call_method1(
             intern!(py, "info"),
             (

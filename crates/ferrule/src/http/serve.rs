@@ -23,7 +23,7 @@ use crate::bridge::{self, Bridge, Completion, Job, NativeFuture, Resume, ResumeV
 
 use super::callbacks::{on_app_done, AccessInfo};
 use super::io::{plain_response, Exchange, Receive, ResponseBody, Send};
-use super::types::{build_scope, http_version, ConnInfo};
+use super::types::{build_scope, ConnInfo};
 
 /// What every connection and request of one server shares.
 pub struct ServerShared {
@@ -375,21 +375,18 @@ async fn handle(
     let (parts, body) = request.into_parts();
     let (head_tx, head_rx) = oneshot::channel();
     let exchange = Arc::new(Exchange::new(shared.clone(), head_tx, body));
-    let access = AccessInfo {
-        client: conn.client_label(),
-        method: parts.method.to_string(),
-        target: parts
-            .uri
-            .path_and_query()
-            .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.to_string()),
-        version: http_version(parts.version),
-    };
+    // Built only when an access log line will be written: it costs three allocations.
+    let access = shared
+        .access_logger
+        .is_some()
+        .then(|| AccessInfo::new(&parts, &conn));
     let mut guard = DisconnectOnDrop(Some(exchange.clone()));
+    let mut access = access;
     Python::attach(|py| {
-        if let Err(err) = start_app(py, &exchange, &parts, &conn, access) {
-            err.write_unraisable(py, None);
-            shared.request_finished();
-            exchange.finish_app(py, true);
+        if let Err(err) = start_app(py, &exchange, &parts, &conn, &mut access) {
+            // Calling the app raised before there was a coroutine (say, a sync callable):
+            // the same 500 and logged traceback as an exception inside it.
+            on_app_done(py, &exchange, access.as_ref(), Err(err));
         }
     });
     let response = head_rx
@@ -453,8 +450,32 @@ fn start_app(
     exchange: &Arc<Exchange>,
     parts: &http::request::Parts,
     conn: &ConnInfo,
-    access: AccessInfo,
+    access: &mut Option<AccessInfo>,
 ) -> PyResult<()> {
+    let shared = &exchange.server;
+    let coro = call_app(py, exchange, parts, conn)?;
+    // From here the completion owns the access info; if making the job fails, the caller's
+    // fallback logs the error without an access line.
+    let access = access.take();
+    let finishing = exchange.clone();
+    let completion = Completion::Callback(Box::new(move |py, result| {
+        on_app_done(py, &finishing, access.as_ref(), result)
+    }));
+    let job = Bound::new(py, Job::new(py, &shared.bridge, &coro, completion)?)?;
+    shared.bridge.remember_job(&job);
+    shared
+        .bridge
+        .drive_from_tokio(py, &job, Resume::Send(py.None()));
+    Ok(())
+}
+
+/// `app(scope, receive, send)`: the coroutine to drive.
+fn call_app<'py>(
+    py: Python<'py>,
+    exchange: &Arc<Exchange>,
+    parts: &http::request::Parts,
+    conn: &ConnInfo,
+) -> PyResult<Bound<'py, PyAny>> {
     let shared = &exchange.server;
     let scope = build_scope(py, parts, conn, shared)?;
     let receive = Py::new(
@@ -469,15 +490,5 @@ fn start_app(
             exchange: exchange.clone(),
         },
     )?;
-    let coro = shared.app.bind(py).call1((scope, receive, send))?;
-    let finishing = exchange.clone();
-    let completion = Completion::Callback(Box::new(move |py, result| {
-        on_app_done(py, &finishing, &access, result)
-    }));
-    let job = Bound::new(py, Job::new(py, &shared.bridge, &coro, completion)?)?;
-    shared.bridge.remember_job(&job);
-    shared
-        .bridge
-        .drive_from_tokio(py, &job, Resume::Send(py.None()));
-    Ok(())
+    shared.app.bind(py).call1((scope, receive, send))
 }
