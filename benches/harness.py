@@ -1,0 +1,338 @@
+"""What run.py and stress.py share: the servers, the scenarios, starting a server, running wrk."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+SERVER_CPU = "0"  # the server process (and all its threads) is pinned here
+CLIENT_CPU = "1"  # wrk is pinned here
+
+# Where the ferrule servers import ferrule from (--ferrule-path), ahead of the installed one:
+# e.g. a release wheel unpacked with `pip install --no-deps --target DIR WHEEL`.
+ferrule_path: Path | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    module: str  # the module under benches/ that holds `app`
+    path: str
+    method: str = "GET"
+    body_size: int = 0  # bytes sent in the request body (POST scenarios)
+    title: str = ""
+
+
+SCENARIOS = [
+    Scenario("hello", "apps", "/hello", title="hello world"),
+    Scenario("sleep3", "apps", "/sleep", title="asyncio.sleep(0) x3"),
+    Scenario("task", "apps", "/task", title="create task + await"),
+    Scenario("anyio", "apps", "/anyio", title="anyio task group"),
+    Scenario("fastapi-async", "fastapi_app", "/async", title="FastAPI async def"),
+    Scenario("fastapi-sync", "fastapi_app", "/sync", title="FastAPI def (thread pool)"),
+    Scenario("stream", "apps", "/stream", title="stream 256 x 1 KiB"),
+    Scenario("echo", "apps", "/echo", "POST", 10 * 1024, title="POST 10 KiB echo"),
+]
+SCENARIOS_BY_NAME = {s.name: s for s in SCENARIOS}
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str
+    command: str  # run with this Python; "{app}" and "{port}" are filled in
+
+    def argv(self, app: str, port: int) -> list[str]:
+        return [sys.executable, *self.command.format(app=app, port=port).split()]
+
+
+SERVERS = [
+    Server("ferrule-asyncio", "-m ferrule {app} --port {port} --loop asyncio --no-access-log"),
+    Server("ferrule-uvloop", "-m ferrule {app} --port {port} --loop uvloop --no-access-log"),
+    Server(
+        "uvicorn",
+        "-m uvicorn {app} --port {port} --loop uvloop --http httptools"
+        " --no-access-log --log-level warning",
+    ),
+    Server(
+        "granian",
+        "-m granian {app} --port {port} --interface asgi --workers 1 --http 1 --log-level warning",
+    ),
+]
+SERVERS_BY_NAME = {s.name: s for s in SERVERS}
+
+
+def pick(names: str, known: dict, what: str) -> list:
+    """Turn "a,b" into the matching objects of `known`, in the order given."""
+    chosen = []
+    for name in filter(None, (n.strip() for n in names.split(","))):
+        if name not in known:
+            sys.exit(f"unknown {what} {name!r}; choose from: {', '.join(known)}")
+        chosen.append(known[name])
+    return chosen
+
+
+def pythonpath(server: Server) -> str:
+    parts = [str(BENCH_DIR)]
+    if ferrule_path is not None and server.name.startswith("ferrule"):
+        parts.insert(0, str(ferrule_path))
+    return os.pathsep.join(parts)
+
+
+def ferrule_build() -> str:
+    """Which ferrule the ferrule servers import: version, release or dev build, file, date."""
+    env = dict(os.environ, PYTHONPATH=str(ferrule_path or ""))
+    code = "import ferrule, ferrule._ferrule as m; print(ferrule.__version__); print(m.__file__)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        return f"not importable: {done.stderr.strip().splitlines()[-1:]}"
+    version, extension = done.stdout.split()
+    try:
+        sections = subprocess.run(
+            ["readelf", "-S", "--wide", extension], capture_output=True, text=True
+        ).stdout
+        kind = "dev build, with debug info" if " .debug_info" in sections else "release build"
+    except OSError:
+        kind = "build kind unknown (no readelf)"
+    stat = Path(extension).stat()
+    built = time.strftime("%Y-%m-%d %H:%M", time.localtime(stat.st_mtime))
+    return f"{version} ({kind}; {extension}, {stat.st_size / 1e6:.1f} MB, file dated {built})"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """One server serving `module:app`, pinned to SERVER_CPU, in its own process group."""
+
+    def __init__(self, server: Server, app: str, log_dir: Path) -> None:
+        self.server = server
+        self.port = free_port()
+        self.log_path = log_dir / f"{server.name}-{app.replace(':', '-')}.log"
+        self.argv = ["taskset", "-c", SERVER_CPU, *server.argv(app, self.port)]
+        env = dict(os.environ, PYTHONPATH=pythonpath(server), PYTHONUNBUFFERED="1")
+        self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            self.argv,
+            cwd=BENCH_DIR,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so stop() reaches its workers
+        )
+
+    def wait_ready(self, probe_path: str, timeout: float = 30.0) -> None:
+        """Poll the port until it accepts, then until one GET of `probe_path` answers."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.server.name} exited early:\n{self.log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    pass
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                try:
+                    conn.request("GET", probe_path)
+                    conn.getresponse().read()
+                finally:
+                    conn.close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"{self.server.name} not ready after {timeout}s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.log.close()
+
+    def log_tail(self, lines: int = 20) -> str:
+        self.log.flush()
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+@contextlib.contextmanager
+def serving(server: Server, app: str, probe_path: str, log_dir: Path) -> Iterator[ServerProcess]:
+    proc = ServerProcess(server, app, log_dir)
+    try:
+        proc.wait_ready(probe_path)
+        yield proc
+    finally:
+        proc.stop()
+
+
+# --- wrk ---------------------------------------------------------------------------------
+
+
+@dataclass
+class WrkResult:
+    requests: int
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int  # socket errors: connect + read + write + timeout
+    non_2xx: int  # wrk's "Non-2xx or 3xx responses"
+
+
+_UNIT_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
+
+
+def _ms(text: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", text)
+    if m is None:
+        raise ValueError(f"unreadable wrk latency {text!r}")
+    return float(m.group(1)) * _UNIT_MS[m.group(2)]
+
+
+def parse_wrk(out: str) -> WrkResult:
+    def find(pattern: str, default: str | None = None) -> str:
+        m = re.search(pattern, out)
+        if m is None:
+            if default is None:
+                raise ValueError(f"no {pattern!r} in wrk output:\n{out}")
+            return default
+        return m.group(1)
+
+    errors = 0
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if m:
+        errors = sum(int(g) for g in m.groups())
+    return WrkResult(
+        requests=int(find(r"(\d+) requests in")),
+        rps=float(find(r"Requests/sec:\s+([\d.]+)")),
+        p50_ms=_ms(find(r"(?m)^\s+50%\s+(\S+)\s*$")),  # the "Latency Distribution" lines
+        p99_ms=_ms(find(r"(?m)^\s+99%\s+(\S+)\s*$")),
+        errors=errors,
+        non_2xx=int(find(r"Non-2xx or 3xx responses: (\d+)", "0")),
+    )
+
+
+def post_script(body_size: int) -> str:
+    return (
+        'wrk.method = "POST"\n'
+        f'wrk.body = string.rep("x", {body_size})\n'
+        'wrk.headers["Content-Type"] = "application/octet-stream"\n'
+    )
+
+
+def rotate_script(paths: list[str]) -> str:
+    """A wrk script that sends GETs to `paths` in turn."""
+    listed = ", ".join(f'"{p}"' for p in paths)
+    return (
+        f"local paths = {{{listed}}}\n"
+        "local i = 0\n"
+        "request = function()\n"
+        "  i = i % #paths + 1\n"
+        "  return wrk.format(nil, paths[i])\n"
+        "end\n"
+    )
+
+
+def wrk_argv(url: str, seconds: int, connections: int, script: Path | None) -> list[str]:
+    argv = ["taskset", "-c", CLIENT_CPU, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s"]
+    argv += ["--latency", "--timeout", "5s"]
+    if script is not None:
+        argv += ["-s", str(script)]
+    return [*argv, url]
+
+
+def run_wrk(url: str, seconds: int, connections: int, script: Path | None = None) -> WrkResult:
+    argv = wrk_argv(url, seconds, connections, script)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
+    if done.returncode != 0:
+        raise RuntimeError(f"wrk failed ({done.returncode}): {done.stderr or done.stdout}")
+    try:
+        return parse_wrk(done.stdout)
+    except ValueError as exc:
+        raise ValueError(f"{exc}\n--- wrk output ---\n{done.stdout}{done.stderr}") from None
+
+
+def wrk_script(scenario: Scenario, directory: Path) -> Path | None:
+    """The wrk script a scenario needs (a POST with its body), or None for a plain GET."""
+    if scenario.method != "POST":
+        return None
+    return write_script(directory, f"post-{scenario.name}.lua", post_script(scenario.body_size))
+
+
+def write_script(directory: Path, name: str, text: str) -> Path:
+    path = directory / name
+    path.write_text(text)
+    return path
+
+
+# --- oha (open loop) ----------------------------------------------------------------------
+
+
+@dataclass
+class OhaResult:
+    rate: int  # requests/s offered
+    achieved: float  # requests/s completed
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    non_2xx: int
+
+
+def oha_path() -> str | None:
+    return shutil.which("oha") or shutil.which(str(Path.home() / ".cargo/bin/oha"))
+
+
+def run_oha(url: str, seconds: int, connections: int, rate: int, scenario: Scenario) -> OhaResult:
+    """Open loop: `rate` requests/s whatever the server does, latency measured from the time
+    each request was due (--latency-correction), so a stalled server is not hidden."""
+    argv = ["taskset", "-c", CLIENT_CPU, oha_path() or "oha", "-z", f"{seconds}s"]
+    argv += ["-c", str(connections), "-q", str(rate), "--latency-correction", "--no-tui"]
+    argv += ["--output-format", "json"]
+    if scenario.method != "GET":
+        argv += ["-m", scenario.method, "-T", "application/octet-stream"]
+        argv += ["-d", "x" * scenario.body_size]
+    done = subprocess.run([*argv, url], capture_output=True, text=True, timeout=seconds + 60)
+    if done.returncode != 0:
+        raise RuntimeError(f"oha failed ({done.returncode}): {done.stderr[-2000:]}")
+    try:
+        data = json.loads(done.stdout)
+        percentiles = data["latencyPercentiles"]
+        return OhaResult(
+            rate=rate,
+            achieved=data["summary"]["requestsPerSec"],
+            p50_ms=(percentiles["p50"] or 0.0) * 1e3,
+            p99_ms=(percentiles["p99"] or 0.0) * 1e3,
+            errors=sum(
+                n for what, n in data["errorDistribution"].items() if "deadline" not in what
+            ),
+            non_2xx=sum(n for code, n in data["statusCodeDistribution"].items() if code[0] != "2"),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"unreadable oha output ({exc}): {done.stdout[:2000]}") from None
+
+
+def scratch_dir() -> tempfile.TemporaryDirectory:
+    return tempfile.TemporaryDirectory(prefix="ferrule-bench-")

@@ -1,0 +1,559 @@
+"""Run the benchmark suite: every scenario against every server, one run, side by side.
+
+    python benches/run.py                       # everything: ~14 minutes on a 2-core machine
+    python benches/run.py --quick               # a ~1-minute smoke run: 1 repeat of 1 s, no oha
+    python benches/run.py --scenarios hello,echo --servers ferrule-uvloop,granian
+    python benches/run.py --ferrule-path DIR    # ferrule imported from DIR (a release wheel
+                                                # unpacked with pip install --no-deps --target)
+
+Each server is pinned to CPU 0 with taskset and wrk to CPU 1 (`wrk -t1 -c50 --latency`). For
+each scenario: a warm-up, then `--repeats` runs of `--duration` seconds; the table gives the
+median of each column over the repeats (errors and non-2xx are summed). Then, if oha is
+installed (`cargo install oha`), an open-loop pass: every server is offered the same fixed rate
+and oha reports latency corrected for coordinated omission. First of all, the Python-only
+ceiling (benches/ceiling.py). A Markdown table and a PNG chart land in
+benches/results/<timestamp>.{md,png}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import harness
+from harness import (
+    BENCH_DIR,
+    SCENARIOS,
+    SCENARIOS_BY_NAME,
+    SERVER_CPU,
+    SERVERS,
+    SERVERS_BY_NAME,
+    OhaResult,
+    Scenario,
+    Server,
+    ServerProcess,
+    oha_path,
+    pick,
+    run_oha,
+    run_wrk,
+    scratch_dir,
+    serving,
+    wrk_script,
+)
+
+RESULTS_DIR = BENCH_DIR / "results"
+MEASURE_ERRORS = (RuntimeError, ValueError, subprocess.TimeoutExpired)
+
+# The targets of issue 4: (scenario, minimum ratio, the server it is measured against).
+TARGETS = [
+    ("hello", 2.0, "granian"),
+    ("sleep3", 1.75, "granian"),
+    ("task", 1.75, "granian"),
+    ("stream", 2.0, "granian"),
+    ("echo", 1.5, "uvicorn"),
+    ("fastapi-async", 1.3, "granian"),
+    ("anyio", 1.3, "granian"),
+    ("fastapi-sync", 1.1, "granian"),
+]
+
+
+@dataclass
+class Cell:
+    """One scenario on one server: the median over the repeats."""
+
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    non_2xx: int
+
+
+class Progress:
+    """One status line, rewritten in place on a terminal, one line per update otherwise."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.start = time.monotonic()
+        self.tty = sys.stderr.isatty()
+
+    def show(self, text: str) -> None:
+        elapsed = time.monotonic() - self.start
+        left = ""
+        if self.done:
+            left = f", ~{fmt_duration(elapsed / self.done * (self.total - self.done))} left"
+        line = f"[{self.done}/{self.total} {fmt_duration(elapsed)}{left}] {text}"
+        if self.tty:
+            sys.stderr.write("\r\033[K" + line[:150])
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def step(self, text: str) -> None:
+        self.done += 1
+        self.show(text)
+
+    def finish(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+def fmt_duration(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
+def measure_cell(
+    server: Server, proc: ServerProcess, scenario: Scenario, tmp: Path, args, progress
+) -> Cell:
+    """Closed loop: a warm-up, then the repeats; the median of each column."""
+    url, script = proc.url(scenario.path), wrk_script(scenario, tmp)
+    if args.warmup:
+        progress.show(f"{server.name} {scenario.name}: warm-up {args.warmup}s")
+        run_wrk(url, args.warmup, args.connections, script)
+    runs = []
+    for i in range(args.repeats):
+        progress.show(f"{server.name} {scenario.name}: repeat {i + 1}/{args.repeats}")
+        runs.append(run_wrk(url, args.duration, args.connections, script))
+        if runs[-1].requests == 0:
+            raise RuntimeError(f"0 requests in {args.duration} s: the server stopped answering")
+        progress.step(f"{server.name} {scenario.name}: {runs[-1].rps:,.0f} req/s")
+    return Cell(
+        rps=statistics.median(r.rps for r in runs),
+        p50_ms=statistics.median(r.p50_ms for r in runs),
+        p99_ms=statistics.median(r.p99_ms for r in runs),
+        errors=sum(r.errors for r in runs),
+        non_2xx=sum(r.non_2xx for r in runs),
+    )
+
+
+def each_server(
+    servers: list[Server],
+    scenarios: list[Scenario],
+    measure: Callable[[Server, ServerProcess, Scenario, Path], None],
+    progress: Progress,
+    steps: int,
+    failures: list[str],
+) -> None:
+    """Start each server once per app module and `measure` every scenario of that module.
+
+    A scenario that fails is recorded in `failures`, and the server is restarted for the
+    scenarios left, so one stalled server does not take the rest of its column with it."""
+    modules = list(dict.fromkeys(s.module for s in scenarios))
+    with scratch_dir() as tmp_name:
+        tmp = Path(tmp_name)
+        for server in servers:
+            for module in modules:
+                app = f"{module}:app"
+                pending = [s for s in scenarios if s.module == module]
+                while pending:
+                    progress.show(f"{server.name}: starting with {app}")
+                    try:
+                        with serving(server, app, pending[0].path, tmp) as proc:
+                            while pending:
+                                scenario = pending.pop(0)
+                                after = progress.done + steps
+                                try:
+                                    measure(server, proc, scenario, tmp)
+                                except MEASURE_ERRORS as exc:
+                                    tail = proc.log_tail(8)
+                                    failures.append(f"{server.name} {scenario.name}: {exc}\n{tail}")
+                                    progress.done = after
+                                    progress.show(f"{server.name} {scenario.name} FAILED")
+                                    break  # and restart the server for the scenarios left
+                    except MEASURE_ERRORS as exc:  # the server did not start
+                        failures.append(f"{server.name} on {app}: {exc}")
+                        progress.done += steps * len(pending)
+                        pending = []
+
+
+def open_loop_rates(cells: dict, scenarios: list[Scenario], fraction: float) -> dict[str, int]:
+    """Per scenario: `fraction` of the slowest server's closed-loop requests/s, so every
+    server is offered the same load and every one can keep up with it."""
+    rates = {}
+    for scenario in scenarios:
+        measured = [c.rps for (_, name), c in cells.items() if name == scenario.name and c.rps]
+        if measured:
+            rates[scenario.name] = max(1, round(min(measured) * fraction))
+    return rates
+
+
+def run_servers(servers: list[Server], scenarios: list[Scenario], args) -> tuple[dict, dict, list]:
+    """Every (server, scenario): closed loop with wrk, then (if oha is there) open loop."""
+    cells: dict[tuple[str, str], Cell] = {}
+    open_loop: dict[tuple[str, str], OhaResult] = {}
+    failures: list[str] = []
+    with_oha = args.open_loop and oha_path() is not None
+    per_cell = args.repeats + (1 if with_oha else 0)
+    progress = Progress(len(servers) * len(scenarios) * per_cell)
+
+    def closed(server, proc, scenario, tmp):
+        cells[server.name, scenario.name] = measure_cell(
+            server, proc, scenario, tmp, args, progress
+        )
+
+    each_server(servers, scenarios, closed, progress, args.repeats, failures)
+    if with_oha:
+        rates = open_loop_rates(cells, scenarios, args.open_loop_fraction)
+
+        def opened(server, proc, scenario, tmp):
+            if scenario.name not in rates:
+                progress.step(f"{server.name} {scenario.name}: no rate, skipped")
+                return
+            rate = rates[scenario.name]
+            progress.show(f"{server.name} {scenario.name}: open loop at {rate:,} req/s")
+            url = proc.url(scenario.path)
+            if args.warmup:
+                run_oha(url, args.warmup, args.connections, rate, scenario)
+            result = run_oha(url, args.duration, args.connections, rate, scenario)
+            open_loop[server.name, scenario.name] = result
+            progress.step(f"{server.name} {scenario.name}: open-loop p99 {result.p99_ms:.2f} ms")
+
+        each_server(servers, scenarios, opened, progress, 1, failures)
+    elif args.open_loop:
+        failures.append("oha not found (cargo install oha): open-loop latency skipped")
+    progress.finish()
+    return cells, open_loop, failures
+
+
+def run_ceiling(scenarios: list[Scenario], seconds: float, connections: int) -> dict:
+    """The Python-only ceiling, on each loop, in a subprocess pinned like a server."""
+    results = {}
+    for loop in ("asyncio", "uvloop"):
+        sys.stderr.write(f"ceiling: {loop}, {len(scenarios)} scenarios x {seconds:g}s\n")
+        argv = ["taskset", "-c", SERVER_CPU, sys.executable, str(BENCH_DIR / "ceiling.py")]
+        argv += ["--scenarios", ",".join(s.name for s in scenarios), "--seconds", str(seconds)]
+        argv += ["--loop", loop, "--concurrency", str(connections)]
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=BENCH_DIR)
+        if done.returncode != 0:
+            raise RuntimeError(f"ceiling on {loop} failed:\n{done.stderr}")
+        results[loop] = json.loads(done.stdout)
+    return results
+
+
+# --- the report --------------------------------------------------------------------------
+
+
+def sh(*argv: str) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True)
+    except OSError:
+        return "?"
+    return (done.stdout or done.stderr).strip()
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def machine_lines(load_before: str, build: str) -> list[str]:
+    wrk = sh("wrk", "-v").splitlines()
+    wrk_version = wrk[0].split()[1] if wrk and len(wrk[0].split()) > 1 else "?"
+    versions = ", ".join(
+        f"{name} {version(name)}"
+        for name in ("uvicorn", "granian", "uvloop", "httptools", "fastapi", "anyio")
+    )
+    return [
+        f"- Machine: {sh('nproc')} CPUs ({cpu_model()}), Linux {platform.release()}",
+        f"- Load average (1/5/15 min) before: {load_before}; after: {loadavg()}",
+        f"- Versions: Python {platform.python_version()}, {versions}, wrk {wrk_version}",
+        f"- ferrule: {build}",
+    ]
+
+
+def loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def ratio(cells: dict, server: str, scenario: str, base: str) -> str:
+    this, other = cells.get((server, scenario)), cells.get((base, scenario))
+    if this is None or other is None or other.rps == 0:
+        return "-"
+    return f"{this.rps / other.rps:.2f}x"
+
+
+def open_cells(result: OhaResult | None) -> str:
+    """The two open-loop columns; failures are appended to p99 so they cannot be missed."""
+    if result is None:
+        return "- | -"
+    trouble = ""
+    if result.errors or result.non_2xx:
+        trouble = f" ({result.errors} errors, {result.non_2xx} non-2xx)"
+    return f"{ms(result.p50_ms)} | {ms(result.p99_ms)}{trouble}"
+
+
+def ms(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+
+
+def markdown(
+    cells: dict,
+    open_loop: dict,
+    ceiling: dict,
+    servers: list[Server],
+    scenarios: list[Scenario],
+    args: argparse.Namespace,
+    header: list[str],
+    failures: list[str],
+) -> str:
+    out = [f"# ferrule benchmark, {time.strftime('%Y-%m-%d %H:%M:%S')}", ""]
+    out += [f"- Command: `{shlex.join([Path(sys.executable).name, *sys.argv])}`", *header]
+    warmup = f"{args.warmup} s warm-up per scenario, then" if args.warmup else "no warm-up,"
+    out.append(
+        f"- Method: server `taskset -c {SERVER_CPU}`; `taskset -c 1 wrk -t1 -c{args.connections}"
+        f" -d{args.duration}s --latency`, {warmup} {args.repeats} repeat(s); median of each"
+        " column, errors and non-2xx summed; x granian / x uvicorn compare requests/s."
+    )
+    rates = {name: r.rate for (_, name), r in open_loop.items()}
+    if rates:
+        listed = ", ".join(f"{name} {rate:,}" for name, rate in rates.items())
+        out.append(
+            f"- Open loop (the open p50/p99 columns): `oha -c{args.connections} -q RATE"
+            f" -z{args.duration}s --latency-correction` after a {args.warmup} s warm-up, RATE ="
+            f" {args.open_loop_fraction:g} x the slowest server's req/s above: {listed}."
+        )
+    columns = (
+        "| scenario | server | req/s | p50 ms | p99 ms | errors | non-2xx | x granian | x uvicorn"
+    )
+    align = "| --- | --- |" + " ---: |" * 7
+    if open_loop:
+        columns += " | open p50 ms | open p99 ms"
+        align += " ---: | ---: |"
+    out += ["", columns + " |", align]
+    for scenario in scenarios:
+        for server in servers:
+            cell = cells.get((server.name, scenario.name))
+            if cell is None:
+                empty = 8 if open_loop else 6
+                out.append(f"| {scenario.name} | {server.name} | failed |" + " |" * empty)
+                continue
+            opened = ""
+            if open_loop:
+                opened = f" {open_cells(open_loop.get((server.name, scenario.name)))} |"
+            out.append(
+                f"| {scenario.name} | {server.name} | {cell.rps:,.0f} | {ms(cell.p50_ms)}"
+                f" | {ms(cell.p99_ms)} | {cell.errors} | {cell.non_2xx}"
+                f" | {ratio(cells, server.name, scenario.name, 'granian')}"
+                f" | {ratio(cells, server.name, scenario.name, 'uvicorn')} |{opened}"
+            )
+    if ceiling:
+        out += [
+            "",
+            "Ceilings. Python-only: the app awaited in-process by"
+            f" {args.connections} coroutines with a fake receive/send, no server"
+            " (`benches/ceiling.py`, pinned to CPU 0). Rust-only route: TODO, ferrule has no"
+            " route answered without Python yet. GIL-relay metrics (GIL acquisitions, handoffs,"
+            " resp_wait): not collected, ferrule's bridge counters are not reachable over HTTP"
+            " yet.",
+            "",
+            "| scenario | Python-only, asyncio calls/s | Python-only, uvloop calls/s"
+            " | ferrule req/s / ceiling, same loop | Rust-only route |",
+            "| --- | ---: | ---: | ---: | --- |",
+        ]
+        for scenario in scenarios:
+            found = [ceiling.get(loop, {}).get(scenario.name) for loop in ("asyncio", "uvloop")]
+            if None in found:
+                out.append(f"| {scenario.name} | - | - | - | TODO |")
+                continue
+            shares = []
+            for loop, result in zip(("asyncio", "uvloop"), found, strict=True):
+                cell = cells.get((f"ferrule-{loop}", scenario.name))
+                if cell is not None:
+                    shares.append(f"{loop} {cell.rps / result['calls_per_s']:.0%}")
+            out.append(
+                f"| {scenario.name} | {found[0]['calls_per_s']:,.0f}"
+                f" | {found[1]['calls_per_s']:,.0f} | {', '.join(shares) or '-'} | TODO |"
+            )
+    target_lines = targets(cells)
+    if target_lines:
+        out += ["", "Targets of issue 4 (requests/s ratio of ferrule to the server named):", ""]
+        out += target_lines
+    if failures:
+        out += ["", "Failures:", ""] + [f"- {f.splitlines()[0]}" for f in failures]
+    return "\n".join(out) + "\n"
+
+
+def targets(cells: dict) -> list[str]:
+    lines = [
+        "| scenario | target | ferrule-asyncio | ferrule-uvloop | met |",
+        "| --- | --- | ---: | ---: | --- |",
+    ]
+    for scenario, minimum, base in TARGETS:
+        ratios = []
+        for name in ("ferrule-asyncio", "ferrule-uvloop"):
+            this, other = cells.get((name, scenario)), cells.get((base, scenario))
+            ratios.append(this.rps / other.rps if this and other and other.rps else None)
+        if all(r is None for r in ratios):
+            continue
+        shown = [f"{r:.2f}x" if r is not None else "-" for r in ratios]
+        met = "yes" if max(r for r in ratios if r is not None) >= minimum else "no"
+        lines.append(f"| {scenario} | >= {minimum}x {base} | {shown[0]} | {shown[1]} | {met} |")
+    return lines if len(lines) > 2 else []
+
+
+def chart(
+    cells: dict, ceiling: dict, servers: list[Server], scenarios: list[Scenario], path: Path
+) -> None:
+    """One row per scenario: requests/s on the left, p99 on the right, a bar per server."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    palette = ["#1f77b4", "#17becf", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"]
+    every = [s.name for s in SERVERS]  # a server keeps its colour whichever ones are run
+    names = [s.name for s in servers]
+    colors = [palette[every.index(n) % len(palette)] for n in names]
+    height = 1.1 + 1.15 * len(scenarios) * max(1, len(names) / 4)
+    fig, axes = plt.subplots(len(scenarios), 2, figsize=(11, height), squeeze=False)
+    for row, scenario in enumerate(scenarios):
+        rps = [cells[n, scenario.name].rps if (n, scenario.name) in cells else 0 for n in names]
+        p99 = [cells[n, scenario.name].p99_ms if (n, scenario.name) in cells else 0 for n in names]
+        for col, (values, unit) in enumerate(((rps, "req/s"), (p99, "p99 ms"))):
+            ax = axes[row][col]
+            bars = ax.barh(names, values, color=colors)
+            ax.invert_yaxis()
+            ax.set_xlim(0, max(values + [1]) * 1.25)
+            labels = [f"{v:,.0f}" if unit == "req/s" else f"{v:.2f}" for v in values]
+            ax.bar_label(bars, labels=labels, padding=3, fontsize=8)
+            ax.tick_params(labelsize=8)
+            ax.spines[["top", "right"]].set_visible(False)
+            title = f"{scenario.title or scenario.name}: {unit}"
+            if col == 0 and scenario.name in ceiling.get("asyncio", {}):
+                best = ceiling["asyncio"][scenario.name]["calls_per_s"]
+                title += f"  (Python-only ceiling, asyncio: {best:,.0f}/s)"
+            if col == 1:
+                title += ", wrk (lower is better)"
+            ax.set_title(title, fontsize=9, loc="left")
+            if col == 1:
+                ax.set_yticklabels([])
+    fig.suptitle(f"ferrule benchmark {path.stem}: server on 1 core, wrk -c50", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --- main --------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="ferrule vs uvicorn vs granian, server on CPU 0 and wrk on CPU 1.",
+        epilog="scenarios: "
+        + ", ".join(s.name for s in SCENARIOS)
+        + "; servers: "
+        + ", ".join(s.name for s in SERVERS),
+    )
+    p.add_argument("--scenarios", default=",".join(s.name for s in SCENARIOS), help="comma list")
+    p.add_argument("--servers", default=",".join(s.name for s in SERVERS), help="comma list")
+    p.add_argument("--duration", type=int, default=5, help="seconds per repeat (default 5)")
+    p.add_argument("--repeats", type=int, default=3, help="repeats per scenario (default 3)")
+    p.add_argument("--warmup", type=int, default=2, help="warm-up seconds (default 2)")
+    p.add_argument("--connections", type=int, default=50, help="wrk -c (default 50)")
+    p.add_argument(
+        "--ceiling-seconds", type=float, default=2.0, help="per scenario and loop (default 2)"
+    )
+    p.add_argument(
+        "--open-loop",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the open-loop latency pass with oha (default: on, off with --quick)",
+    )
+    p.add_argument(
+        "--open-loop-fraction",
+        type=float,
+        default=0.5,
+        help="open-loop rate: this fraction of the slowest server's req/s (default 0.5)",
+    )
+    p.add_argument("--no-ceiling", action="store_true", help="skip the Python-only ceiling")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 1 repeat of 1 s, no warm-up, no open loop (about a minute)",
+    )
+    p.add_argument(
+        "--ferrule-path",
+        type=Path,
+        help="import ferrule from this directory (e.g. a release wheel unpacked there)",
+    )
+    p.add_argument("--out", type=Path, default=RESULTS_DIR, help="where the .md and .png go")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.duration, args.repeats, args.warmup, args.ceiling_seconds = 1, 1, 0, 0.2
+    if args.open_loop is None:
+        args.open_loop = not args.quick
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    scenarios = pick(args.scenarios, SCENARIOS_BY_NAME, "scenario")
+    servers = pick(args.servers, SERVERS_BY_NAME, "server")
+    harness.ferrule_path = args.ferrule_path
+    build = harness.ferrule_build()
+    if "dev build" in build:
+        sys.stderr.write(f"warning: ferrule is a {build}: its numbers will be low\n")
+    if (os.cpu_count() or 1) < 2:
+        sys.stderr.write("warning: fewer than 2 CPUs; server and wrk will share one\n")
+    load_before = loadavg()
+    if os.getloadavg()[0] > 0.5:
+        sys.stderr.write(f"warning: load average {load_before}: the numbers will be noisy\n")
+
+    ceiling, ceiling_failures = {}, []
+    if not args.no_ceiling:
+        try:
+            ceiling = run_ceiling(scenarios, args.ceiling_seconds, args.connections)
+        except RuntimeError as exc:
+            ceiling_failures.append(str(exc))
+    cells, open_loop, failures = run_servers(servers, scenarios, args)
+    failures = ceiling_failures + failures
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    args.out.mkdir(parents=True, exist_ok=True)
+    md_path, png_path = args.out / f"{stamp}.md", args.out / f"{stamp}.png"
+    text = markdown(
+        cells,
+        open_loop,
+        ceiling,
+        servers,
+        scenarios,
+        args,
+        machine_lines(load_before, build),
+        failures,
+    )
+    if cells:
+        chart(cells, ceiling, servers, scenarios, png_path)
+        text += f"\n![requests/s and p99 per scenario and server]({png_path.name})\n"
+    md_path.write_text(text)
+    print(text)
+    for failure in failures:
+        sys.stderr.write(f"FAILED: {failure}\n")
+    sys.stderr.write(f"wrote {md_path}" + (f" and {png_path}\n" if cells else "\n"))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
