@@ -41,9 +41,12 @@ impl LoopWaker {
     }
 
     /// Called by the drain before it looks at the queue, so a push after this point wakes again.
+    /// The eventfd is emptied first and `pending` re-armed second: the other order lets a wake
+    /// land in between, write the eventfd and have that write consumed, leaving `pending` set
+    /// with nothing readable, so every later wake is coalesced away and the queue stalls.
     fn clear(&self) {
-        self.pending.store(false, Ordering::Release);
         ffi::eventfd_clear(&self.fd);
+        self.pending.store(false, Ordering::Release);
     }
 }
 
@@ -76,6 +79,44 @@ mod tests {
 
     fn readable(fd: i32) -> bool {
         ffi::is_readable(fd)
+    }
+
+    /// A producer pushes and wakes while a consumer waits for the eventfd, clears and takes: no
+    /// push may ever be left with nothing readable. Seen failing (the consumer timing out with
+    /// items queued) with `clear()` re-arming `pending` before emptying the eventfd.
+    #[test]
+    fn no_wake_is_lost_when_wakes_race_the_drain() {
+        use std::sync::atomic::AtomicUsize;
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+
+        const PUSHES: usize = 200_000;
+        let waker = Arc::new(LoopWaker::new().unwrap());
+        let pushed = Arc::new(AtomicUsize::new(0));
+        let producer = {
+            let (waker, pushed) = (waker.clone(), pushed.clone());
+            std::thread::spawn(move || {
+                for _ in 0..PUSHES {
+                    pushed.fetch_add(1, Ordering::AcqRel);
+                    waker.wake();
+                }
+            })
+        };
+        let mut taken = 0;
+        while taken < PUSHES {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while !readable(waker.raw_fd()) {
+                assert!(
+                    Instant::now() < deadline,
+                    "lost wake-up: {} pushed, {taken} taken, nothing readable",
+                    pushed.load(Ordering::Acquire)
+                );
+                std::hint::spin_loop();
+            }
+            waker.clear();
+            taken = pushed.load(Ordering::Acquire);
+        }
+        producer.join().unwrap();
     }
 
     #[test]
