@@ -67,6 +67,16 @@ struct ExchangeState {
     disconnect_waiters: Vec<Py<NativeFuture>>,
 }
 
+impl ExchangeState {
+    /// Answers `status` and closes, if the response has not started (else nothing to do).
+    fn refuse(&mut self, status: StatusCode, server: &ServerShared) {
+        if let Some(head_tx) = self.head_tx.take() {
+            let _ = head_tx.send(closing_response(status, server));
+            self.status = status.as_u16();
+        }
+    }
+}
+
 /// What hyper's side and the app's side share for one request.
 pub struct Exchange {
     pub server: Arc<ServerShared>,
@@ -200,6 +210,15 @@ pub fn plain_response(status: StatusCode, server: &ServerShared) -> Response<Res
     response
 }
 
+/// A server-made response after which the connection closes (a refused request).
+pub fn closing_response(status: StatusCode, server: &ServerShared) -> Response<ResponseBody> {
+    let mut response = plain_response(status, server);
+    response
+        .headers_mut()
+        .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
 /// The ASGI `receive` callable of one request.
 #[pyclass(frozen, module = "ferrule._ferrule")]
 pub struct Receive {
@@ -278,16 +297,7 @@ async fn read_body_chunk(
                         // A body without Content-Length that grew past the limit: answer 413 if
                         // the response has not started, and the app hears the client is gone.
                         state.body = RequestBody::Done;
-                        if let Some(head_tx) = state.head_tx.take() {
-                            let mut response =
-                                plain_response(StatusCode::PAYLOAD_TOO_LARGE, &exchange.server);
-                            response.headers_mut().insert(
-                                http::header::CONNECTION,
-                                HeaderValue::from_static("close"),
-                            );
-                            let _ = head_tx.send(response);
-                            state.status = 413;
-                        }
+                        state.refuse(StatusCode::PAYLOAD_TOO_LARGE, &exchange.server);
                         drop(state);
                         exchange.mark_disconnected(py);
                         disconnect_message(py)
@@ -306,16 +316,7 @@ async fn read_body_chunk(
                     // started; either way the app hears the client is gone.
                     state.body = RequestBody::Done;
                     if !err.is_incomplete_message() {
-                        if let Some(head_tx) = state.head_tx.take() {
-                            let mut response =
-                                plain_response(StatusCode::BAD_REQUEST, &exchange.server);
-                            response.headers_mut().insert(
-                                http::header::CONNECTION,
-                                HeaderValue::from_static("close"),
-                            );
-                            let _ = head_tx.send(response);
-                            state.status = 400;
-                        }
+                        state.refuse(StatusCode::BAD_REQUEST, &exchange.server);
                     }
                     drop(state);
                     exchange.mark_disconnected(py);

@@ -22,7 +22,7 @@ use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use crate::bridge::{self, Bridge, Completion, Job, NativeFuture, Resume, ResumeVia};
 
 use super::callbacks::{on_app_done, AccessInfo};
-use super::io::{plain_response, Exchange, Receive, ResponseBody, Send};
+use super::io::{closing_response, plain_response, Exchange, Receive, ResponseBody, Send};
 use super::types::{build_scope, ConnInfo};
 
 /// What every connection and request of one server shares.
@@ -366,11 +366,7 @@ async fn handle(
     }
     if let Some(status) = refusal(&request, &shared) {
         shared.request_finished();
-        let mut response = plain_response(status, &shared);
-        response
-            .headers_mut()
-            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-        return Ok(response);
+        return Ok(closing_response(status, &shared));
     }
     let (parts, body) = request.into_parts();
     let (head_tx, head_rx) = oneshot::channel();
