@@ -498,11 +498,7 @@ impl Bridge {
         runtime::spawn(async move {
             tokio::time::sleep(delay).await;
             Python::attach(|py| {
-                if let Err(err) =
-                    NativeFuture::resolve(resolving.bind(py), Ok(value), false, ResumeVia::DriveNow)
-                {
-                    err.write_unraisable(py, None);
-                }
+                NativeFuture::settle(resolving.bind(py), Ok(value), ResumeVia::DriveNow)
             });
         })?;
         Ok(future)

@@ -119,6 +119,17 @@ impl NativeFuture {
         Ok(true)
     }
 
+    /// `resolve` for callers that cannot propagate an error (tokio tasks, waiters resolved in
+    /// passing): `Err` in `result` becomes the exception the awaiter sees, and a failure to
+    /// resume the waiter is reported through `sys.unraisablehook`.
+    pub fn settle(slf: &Bound<'_, Self>, result: PyResult<Py<PyAny>>, via: ResumeVia) {
+        let py = slf.py();
+        let outcome = result.map_err(|err| err.into_value(py).into_any());
+        if let Err(err) = Self::resolve(slf, outcome, false, via) {
+            err.write_unraisable(py, None);
+        }
+    }
+
     pub fn cancel_with(slf: &Bound<'_, Self>, msg: Option<Py<PyAny>>) -> PyResult<bool> {
         let py = slf.py();
         let error = slf

@@ -32,6 +32,11 @@ pyo3::create_exception!(
     "The client went away: raised by send() so the app stops producing."
 );
 
+/// What `send()` raises once the client has gone.
+fn client_gone() -> PyErr {
+    ClientDisconnected::new_err("the client disconnected")
+}
+
 /// Body chunks in flight to hyper, per response: above the drive budget (128 steps), so one
 /// drive can never fill the channel while holding the GIL (invariant I13).
 pub const BODY_CHANNEL_CAPACITY: usize = 256;
@@ -126,12 +131,7 @@ impl Exchange {
     fn resolve_disconnect_waiters(&self, py: Python<'_>, waiters: Vec<Py<NativeFuture>>) {
         for waiter in waiters {
             let message = disconnect_message(py).map(Bound::unbind);
-            let outcome = message.map_err(|err| err.into_value(py).into_any());
-            if let Err(err) =
-                NativeFuture::resolve(waiter.bind(py), outcome, false, ResumeVia::Schedule)
-            {
-                err.write_unraisable(py, None);
-            }
+            NativeFuture::settle(waiter.bind(py), message, ResumeVia::Schedule);
         }
     }
 
@@ -324,14 +324,11 @@ async fn read_body_chunk(
                 }
             }
         };
-        let outcome = message
-            .map(Bound::unbind)
-            .map_err(|err| err.into_value(py).into_any());
-        if let Err(err) =
-            NativeFuture::resolve(future.bind(py), outcome, false, ResumeVia::DriveNow)
-        {
-            err.write_unraisable(py, None);
-        }
+        NativeFuture::settle(
+            future.bind(py),
+            message.map(Bound::unbind),
+            ResumeVia::DriveNow,
+        );
     });
 }
 
@@ -375,7 +372,7 @@ impl Send {
         let headers = parse_headers(py, message)?;
         let mut state = self.exchange.state.lock().unwrap();
         if state.disconnected {
-            return Err(ClientDisconnected::new_err("the client disconnected"));
+            return Err(client_gone());
         }
         if state.phase != Phase::Waiting {
             return Err(PyRuntimeError::new_err(
@@ -404,7 +401,7 @@ impl Send {
         let exchange = &self.exchange;
         let mut state = exchange.state.lock().unwrap();
         if state.disconnected {
-            return Err(ClientDisconnected::new_err("the client disconnected"));
+            return Err(client_gone());
         }
         match state.phase {
             Phase::Waiting => Err(PyRuntimeError::new_err(
@@ -450,7 +447,7 @@ impl Send {
                 drop(state);
                 exchange.resolve_disconnect_waiters(py, waiters);
                 let Some(tx) = tx else {
-                    return Err(ClientDisconnected::new_err("the client disconnected"));
+                    return Err(client_gone());
                 };
                 if body.is_empty() {
                     return Ok(self.done(py));
@@ -458,7 +455,7 @@ impl Send {
                 match tx.try_send(body) {
                     Ok(()) => Ok(self.done(py)),
                     Err(mpsc::error::TrySendError::Closed(_)) => {
-                        Err(ClientDisconnected::new_err("the client disconnected"))
+                        Err(client_gone())
                     }
                     Err(mpsc::error::TrySendError::Full(body)) => {
                         // Backpressure: suspend the coroutine on a native future that a tokio
@@ -468,17 +465,8 @@ impl Send {
                         runtime::spawn(async move {
                             let sent = tx.send(body).await;
                             Python::attach(|py| {
-                                let outcome = match sent {
-                                    Ok(()) => Ok(py.None()),
-                                    Err(_) => Err(ClientDisconnected::new_err("the client disconnected")
-                                        .into_value(py)
-                                        .into_any()),
-                                };
-                                if let Err(err) =
-                                    NativeFuture::resolve(resolving.bind(py), outcome, false, ResumeVia::DriveNow)
-                                {
-                                    err.write_unraisable(py, None);
-                                }
+                                let result = sent.map(|()| py.None()).map_err(|_| client_gone());
+                                NativeFuture::settle(resolving.bind(py), result, ResumeVia::DriveNow);
                             });
                         })?;
                         Ok(future)

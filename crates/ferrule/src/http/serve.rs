@@ -206,16 +206,10 @@ impl StoppedSignal {
     fn resolve(&mut self, outcome: Result<(), String>) {
         let Some(future) = self.0.take() else { return };
         Python::attach(|py| {
-            let outcome = outcome.map(|()| py.None()).map_err(|message| {
-                pyo3::exceptions::PyOSError::new_err(message)
-                    .into_value(py)
-                    .into_any()
-            });
-            if let Err(err) =
-                NativeFuture::resolve(future.bind(py), outcome, false, ResumeVia::DriveNow)
-            {
-                err.write_unraisable(py, None);
-            }
+            let result = outcome
+                .map(|()| py.None())
+                .map_err(pyo3::exceptions::PyOSError::new_err);
+            NativeFuture::settle(future.bind(py), result, ResumeVia::DriveNow);
         });
     }
 }
