@@ -367,7 +367,9 @@ impl Send {
             .map_err(|_| PyTypeError::new_err("http.response.start 'status' must be an int"))?;
         let status = StatusCode::from_u16(status)
             .ok()
-            .filter(|s| (100..600).contains(&s.as_u16()))
+            // A 1xx is not a final response: hyper would send it (101 even as an upgrade) and
+            // leave the client waiting for one that never comes.
+            .filter(|s| (200..600).contains(&s.as_u16()))
             .ok_or_else(|| PyValueError::new_err(format!("invalid HTTP status code {status}")))?;
         let headers = parse_headers(py, message)?;
         let mut state = self.exchange.state.lock().unwrap();
