@@ -54,6 +54,10 @@ SCENARIOS_BY_NAME = {s.name: s for s in SCENARIOS}
 class Server:
     name: str
     command: str  # run with this Python; "{app}" and "{port}" are filled in
+    only: tuple[str, ...] | None = None  # the scenarios it serves, if not all
+
+    def serves(self, scenario: Scenario) -> bool:
+        return self.only is None or scenario.name in self.only
 
     def argv(self, app: str, port: int) -> list[str]:
         return [sys.executable, *self.command.format(app=app, port=port).split()]
@@ -62,6 +66,12 @@ class Server:
 SERVERS = [
     Server("ferrule-asyncio", "-m ferrule {app} --port {port} --loop asyncio --no-access-log"),
     Server("ferrule-uvloop", "-m ferrule {app} --port {port} --loop uvloop --no-access-log"),
+    # The HTTP stack alone: /hello answered in Rust, the app never called (other paths are not).
+    Server(
+        "ferrule-rust",
+        "-m ferrule {app} --port {port} --loop asyncio --no-access-log --rust-hello-route /hello",
+        only=("hello",),
+    ),
     Server(
         "uvicorn",
         "-m uvicorn {app} --port {port} --loop uvloop --http httptools"

@@ -65,6 +65,7 @@ TARGETS = [
     ("fastapi-async", 1.3, "granian"),
     ("anyio", 1.3, "granian"),
     ("fastapi-sync", 1.1, "granian"),
+    ("hello", 0.6, "ferrule-rust"),
 ]
 
 
@@ -155,7 +156,7 @@ def each_server(
         for server in servers:
             for module in modules:
                 app = f"{module}:app"
-                pending = [s for s in scenarios if s.module == module]
+                pending = [s for s in scenarios if s.module == module and server.serves(s)]
                 while pending:
                     progress.show(f"{server.name}: starting with {app}")
                     try:
@@ -195,7 +196,8 @@ def run_servers(servers: list[Server], scenarios: list[Scenario], args) -> tuple
     failures: list[str] = []
     with_oha = args.open_loop and oha_path() is not None
     per_cell = args.repeats + (1 if with_oha else 0)
-    progress = Progress(len(servers) * len(scenarios) * per_cell)
+    cell_count = sum(server.serves(s) for server in servers for s in scenarios)
+    progress = Progress(cell_count * per_cell)
 
     def closed(server, proc, scenario, tmp):
         cells[server.name, scenario.name] = measure_cell(
@@ -364,19 +366,21 @@ def markdown(
             "",
             "Ceilings. Python-only: the app awaited in-process by"
             f" {args.connections} coroutines with a fake receive/send, no server"
-            " (`benches/ceiling.py`, pinned to CPU 0). Rust-only route: TODO, ferrule has no"
-            " route answered without Python yet. GIL-relay metrics (GIL acquisitions, handoffs,"
-            " resp_wait): not collected, ferrule's bridge counters are not reachable over HTTP"
-            " yet.",
+            " (`benches/ceiling.py`, pinned to CPU 0). Rust-only route: the server `ferrule-rust`,"
+            " ferrule answering /hello itself (`--rust-hello-route`), the HTTP stack alone; the"
+            " percentage is ferrule's requests/s over it. GIL-relay metrics (GIL acquisitions,"
+            " handoffs, resp_wait): not collected, ferrule's bridge counters are not reachable"
+            " over HTTP yet.",
             "",
             "| scenario | Python-only, asyncio calls/s | Python-only, uvloop calls/s"
             " | ferrule req/s / ceiling, same loop | Rust-only route |",
             "| --- | ---: | ---: | ---: | --- |",
         ]
         for scenario in scenarios:
+            rust = rust_route_cell(cells, scenario.name)
             found = [ceiling.get(loop, {}).get(scenario.name) for loop in ("asyncio", "uvloop")]
             if None in found:
-                out.append(f"| {scenario.name} | - | - | - | TODO |")
+                out.append(f"| {scenario.name} | - | - | - | {rust} |")
                 continue
             shares = []
             for loop, result in zip(("asyncio", "uvloop"), found, strict=True):
@@ -385,7 +389,7 @@ def markdown(
                     shares.append(f"{loop} {cell.rps / result['calls_per_s']:.0%}")
             out.append(
                 f"| {scenario.name} | {found[0]['calls_per_s']:,.0f}"
-                f" | {found[1]['calls_per_s']:,.0f} | {', '.join(shares) or '-'} | TODO |"
+                f" | {found[1]['calls_per_s']:,.0f} | {', '.join(shares) or '-'} | {rust} |"
             )
     target_lines = targets(cells)
     if target_lines:
@@ -394,6 +398,19 @@ def markdown(
     if failures:
         out += ["", "Failures:", ""] + [f"- {f.splitlines()[0]}" for f in failures]
     return "\n".join(out) + "\n"
+
+
+def rust_route_cell(cells: dict, scenario: str) -> str:
+    """The Rust-only route's requests/s and each ferrule loop's share of it, or '-'."""
+    rust = cells.get(("ferrule-rust", scenario))
+    if rust is None or not rust.rps:
+        return "-"
+    shares = [
+        f"{loop} {cells[name, scenario].rps / rust.rps:.0%}"
+        for loop, name in (("asyncio", "ferrule-asyncio"), ("uvloop", "ferrule-uvloop"))
+        if (name, scenario) in cells
+    ]
+    return f"{rust.rps:,.0f} req/s" + (f" ({', '.join(shares)})" if shares else "")
 
 
 def targets(cells: dict) -> list[str]:

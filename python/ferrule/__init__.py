@@ -2,7 +2,7 @@
 
 from ferrule._bridge import drive, new_event_loop
 from ferrule._ferrule import COUNTERS, Bridge, ClientDisconnected, NativeFuture, __version__
-from ferrule.server import run
+from ferrule.server import counters, run
 
 __all__ = [
     "COUNTERS",
@@ -10,6 +10,7 @@ __all__ = [
     "ClientDisconnected",
     "NativeFuture",
     "__version__",
+    "counters",
     "drive",
     "new_event_loop",
     "run",

@@ -40,6 +40,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--proxy-headers", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--forwarded-allow-ips", default=None)
+    # The benchmark suite's ceiling: PATH answered by the server alone, in Rust (benches/).
+    p.add_argument("--rust-hello-route", default=None, metavar="PATH", help=argparse.SUPPRESS)
     return p
 
 

@@ -101,6 +101,8 @@ class HttpServer:
         max_connections: int = 4096,
         access_log: bool = True,
         server_header: bool = True,
+        trusted_proxies: list[str] | None = None,
+        rust_hello_route: str | None = None,
     ) -> None: ...
     def serve_tcp(self, fd: int) -> NativeFuture[None]:
         """Serve a listening TCP socket (ownership of ``fd`` passes to the server); the future

@@ -45,6 +45,7 @@ class Config:
     access_log: bool = True
     proxy_headers: bool = True
     forwarded_allow_ips: str | list[str] | None = None
+    rust_hello_route: str | None = None
     budget: int = 128
     extra: dict[str, Any] = field(default_factory=dict)
 

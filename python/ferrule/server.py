@@ -17,7 +17,6 @@ from ferrule._ferrule import Bridge, HttpServer
 from ferrule._logging import configure_logging
 from ferrule.config import AppLoadError, Config
 from ferrule.lifespan import Lifespan, LifespanFailure
-from ferrule.proxy import ProxyHeadersMiddleware
 
 logger = logging.getLogger("ferrule.error")
 
@@ -46,8 +45,6 @@ def serve(config: Config) -> int:
     except AppLoadError as exc:
         logger.error("%s", exc)
         return 1
-    if config.proxy_headers:
-        app = ProxyHeadersMiddleware(app, config.trusted_proxies)
     try:
         sock = listening_socket(config)
     except OSError as exc:
@@ -63,9 +60,22 @@ def serve(config: Config) -> int:
         loop.close()
 
 
+# The bridge of the server running in this process, for counters() (None when not serving).
+_serving_bridge: Bridge | None = None
+
+
+def counters() -> dict[str, int] | None:
+    """The coroutine bridge's counters (``ferrule.COUNTERS``: drives, GIL acquisitions, thread
+    handoffs, task collisions...) of the server running in this process, or None if none is.
+    For benchmarks and soak tests: an app can report them on a route of its own."""
+    bridge = _serving_bridge
+    return None if bridge is None else bridge.counters()
+
+
 async def _serve(config: Config, app: Any, sock: socket.socket) -> int:
+    global _serving_bridge
     loop = asyncio.get_running_loop()
-    bridge = Bridge(loop, budget=config.budget)
+    bridge = _serving_bridge = Bridge(loop, budget=config.budget)
     try:
         lifespan = Lifespan(app, config.lifespan)
         try:
@@ -87,6 +97,8 @@ async def _serve(config: Config, app: Any, sock: socket.socket) -> int:
             limit_request_body=config.limit_request_body,
             max_connections=config.connection_limit,
             access_log=config.access_log,
+            trusted_proxies=config.trusted_proxies if config.proxy_headers else None,
+            rust_hello_route=config.rust_hello_route,
         )
         where = describe(sock, config)
         if sock.family == socket.AF_UNIX:
@@ -104,6 +116,7 @@ async def _serve(config: Config, app: Any, sock: socket.socket) -> int:
         logger.info("Finished server process [%d]", os.getpid())
         return 0
     finally:
+        _serving_bridge = None
         bridge.close()
 
 
@@ -231,4 +244,6 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     args.append("--proxy-headers" if config.proxy_headers else "--no-proxy-headers")
     if config.forwarded_allow_ips is not None:
         args += ["--forwarded-allow-ips", ",".join(config.trusted_proxies)]
+    if config.rust_hello_route is not None:
+        args += ["--rust-hello-route", config.rust_hello_route]
     return args

@@ -15,10 +15,10 @@ use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::bridge::{runtime, NativeFuture, ResumeVia};
@@ -140,6 +140,13 @@ impl Exchange {
     pub fn finish_app(&self, py: Python<'_>, failed: bool) -> (u16, Option<&'static str>) {
         let (status, problem, waiters) = {
             let mut state = self.state.lock().unwrap();
+            // An app that stops once the client has gone (it heard `http.disconnect` or `send()`
+            // raised) did what the spec asks: nothing to report.
+            let unfinished = if failed || state.disconnected {
+                ""
+            } else {
+                "ASGI callable returned without completing response."
+            };
             let problem = match state.phase {
                 Phase::Complete => None,
                 Phase::Waiting | Phase::HeadPending => {
@@ -150,20 +157,12 @@ impl Exchange {
                         ));
                         state.status = 500;
                     }
-                    Some(if failed {
-                        ""
-                    } else {
-                        "ASGI callable returned without completing response."
-                    })
+                    Some(unfinished)
                 }
                 Phase::Streaming => {
                     self.aborted.store(true, Ordering::Release);
                     state.body_tx = None;
-                    Some(if failed {
-                        ""
-                    } else {
-                        "ASGI callable returned without completing response."
-                    })
+                    Some(unfinished)
                 }
             };
             state.phase = Phase::Complete;
@@ -388,17 +387,17 @@ impl Send {
     }
 
     fn body(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
-        let body = match message.get_item(intern!(py, "body")) {
-            Ok(body) => Bytes::copy_from_slice(
+        let body = match optional_field(message, intern!(py, "body"))? {
+            Some(body) => Bytes::copy_from_slice(
                 body.cast::<PyBytes>()
                     .map_err(|_| PyTypeError::new_err("http.response.body 'body' must be bytes"))?
                     .as_bytes(),
             ),
-            Err(_) => Bytes::new(),
+            None => Bytes::new(),
         };
-        let more_body = match message.get_item(intern!(py, "more_body")) {
-            Ok(more) => more.is_truthy()?,
-            Err(_) => false,
+        let more_body = match optional_field(message, intern!(py, "more_body"))? {
+            Some(more) => more.is_truthy()?,
+            None => false,
         };
         let exchange = &self.exchange;
         let mut state = exchange.state.lock().unwrap();
@@ -479,22 +478,46 @@ impl Send {
     }
 }
 
+/// `message[key]`, or `None` when the key is missing. A plain dict is read without raising
+/// (and catching) a `KeyError`, which costs more than the rest of a small `send()`.
+fn optional_field<'py>(
+    message: &Bound<'py, PyAny>,
+    key: &Bound<'py, PyString>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if let Ok(dict) = message.cast_exact::<PyDict>() {
+        return dict.get_item(key);
+    }
+    match message.get_item(key) {
+        Ok(value) => Ok(Some(value)),
+        Err(err) if err.is_instance_of::<PyKeyError>(message.py()) => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// One response header: any two-item sequence (the spec's own examples use lists), but not
+/// bytes or str.
+fn header_pair<'py>(item: &Bound<'py, PyAny>) -> PyResult<[Bound<'py, PyAny>; 2]> {
+    if let Ok(tuple) = item.cast_exact::<PyTuple>() {
+        if tuple.len() == 2 {
+            return Ok([tuple.get_item(0)?, tuple.get_item(1)?]);
+        }
+    }
+    let pair: Vec<Bound<'py, PyAny>> = item
+        .extract()
+        .ok()
+        .filter(|pair: &Vec<Bound<'py, PyAny>>| pair.len() == 2)
+        .ok_or_else(|| PyTypeError::new_err("each response header must be a (name, value) pair"))?;
+    Ok(pair.try_into().expect("two items"))
+}
+
 fn parse_headers(py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<HeaderMap> {
     let mut headers = HeaderMap::new();
-    let Ok(items) = message.get_item(intern!(py, "headers")) else {
+    let Some(items) = optional_field(message, intern!(py, "headers"))? else {
         return Ok(headers);
     };
     for item in items.try_iter()? {
         let item = item?;
-        // Any two-item sequence (the spec's own examples use lists), but not bytes or str.
-        let pair: Vec<Bound<'_, PyAny>> = item
-            .extract()
-            .ok()
-            .filter(|pair: &Vec<Bound<'_, PyAny>>| pair.len() == 2)
-            .ok_or_else(|| {
-                PyTypeError::new_err("each response header must be a (name, value) pair")
-            })?;
-        let [name, value]: [Bound<'_, PyAny>; 2] = pair.try_into().expect("two items");
+        let [name, value] = header_pair(&item)?;
         let name = name
             .cast::<PyBytes>()
             .map_err(|_| PyTypeError::new_err("response header names must be bytes"))?

@@ -2,10 +2,12 @@
 //! - `serve`: `HttpServer`, the accept loop, per-request handling;
 //! - `types`: the ASGI scope;
 //! - `io`: the `receive` / `send` callables and the response body;
+//! - `proxy`: what a trusted proxy's `X-Forwarded-*` headers change in the scope;
 //! - `callbacks`: what happens when the app's coroutine finishes.
 
 mod callbacks;
 mod io;
+mod proxy;
 mod serve;
 mod types;
 

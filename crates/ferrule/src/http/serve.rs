@@ -23,6 +23,7 @@ use crate::bridge::{self, Bridge, Completion, Job, NativeFuture, Resume, ResumeV
 
 use super::callbacks::{on_app_done, AccessInfo};
 use super::io::{closing_response, plain_response, Exchange, Receive, ResponseBody, Send};
+use super::proxy::TrustedProxies;
 use super::types::{build_scope, ConnInfo};
 
 /// What every connection and request of one server shares.
@@ -32,6 +33,8 @@ pub struct ServerShared {
     pub root_path: Py<PyString>,
     pub state: Option<Py<PyDict>>,
     pub error_logger: Py<PyAny>,
+    /// Peers whose `X-Forwarded-For` / `X-Forwarded-Proto` the scope follows.
+    pub proxies: TrustedProxies,
     /// `logging.getLogger("ferrule.access")` when access logging is on and INFO is enabled.
     pub access_logger: Option<Py<PyAny>>,
     /// A resolved `NativeFuture` every non-blocking `send()` returns (awaiting it never waits).
@@ -44,6 +47,9 @@ pub struct ServerShared {
     in_flight: AtomicUsize,
     keep_alive: Duration,
     server_header: Option<HeaderValue>,
+    /// A path answered "Hello, world!" from Rust without calling the app: the benchmark's
+    /// ceiling for the HTTP stack alone (`--rust-hello-route`).
+    rust_hello_route: Option<String>,
 }
 
 impl ServerShared {
@@ -78,7 +84,7 @@ pub struct HttpServer {
 #[pymethods]
 impl HttpServer {
     #[new]
-    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true))]
+    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, trusted_proxies=None, rust_hello_route=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -92,6 +98,8 @@ impl HttpServer {
         max_connections: usize,
         access_log: bool,
         server_header: bool,
+        trusted_proxies: Option<Vec<String>>,
+        rust_hello_route: Option<String>,
     ) -> PyResult<Self> {
         if max_connections == 0 {
             return Err(PyValueError::new_err("max_connections must be at least 1"));
@@ -113,6 +121,7 @@ impl HttpServer {
             root_path: PyString::new(py, root_path).unbind(),
             state,
             error_logger: error_logger.unbind(),
+            proxies: TrustedProxies::new(trusted_proxies),
             access_logger: access_enabled.then(|| access_logger.unbind()),
             done_future,
             limit_concurrency,
@@ -121,6 +130,7 @@ impl HttpServer {
             in_flight: AtomicUsize::new(0),
             keep_alive,
             server_header: server_header.then(|| HeaderValue::from_static("ferrule")),
+            rust_hello_route,
         };
         Ok(Self {
             shared: Arc::new(shared),
@@ -362,6 +372,10 @@ async fn handle(
         shared.request_finished();
         return Ok(closing_response(status, &shared));
     }
+    if shared.rust_hello_route.as_deref() == Some(request.uri().path()) {
+        shared.request_finished();
+        return Ok(rust_hello(&shared));
+    }
     let (parts, body) = request.into_parts();
     let (head_tx, head_rx) = oneshot::channel();
     let exchange = Arc::new(Exchange::new(shared.clone(), head_tx, body));
@@ -384,6 +398,19 @@ async fn handle(
         .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &shared));
     guard.0 = None;
     Ok(response)
+}
+
+/// What the benchmark app's `/hello` answers, made without Python.
+fn rust_hello(shared: &ServerShared) -> Response<ResponseBody> {
+    let body = ResponseBody::full(bytes::Bytes::from_static(b"Hello, world!"));
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain"),
+    );
+    shared.add_server_header(headers);
+    response
 }
 
 /// A request refused before the app sees it: headers over `MAX_HEAD_BYTES` in all (hyper

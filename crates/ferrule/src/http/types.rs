@@ -88,7 +88,10 @@ pub fn build_scope<'py>(
     scope.set_item(intern!(py, "asgi"), asgi)?;
     scope.set_item(intern!(py, "http_version"), http_version(parts.version))?;
     scope.set_item(intern!(py, "method"), method_name(py, &parts.method))?;
-    scope.set_item(intern!(py, "scheme"), intern!(py, "http"))?;
+    let peer = conn.client.as_ref().map(|(host, _)| host.as_str());
+    let forwarded = server.proxies.forwarded(peer, &parts.headers, false);
+    let scheme = forwarded.scheme.unwrap_or("http");
+    scope.set_item(intern!(py, "scheme"), PyString::intern(py, scheme))?;
     let raw_path = parts.uri.path().as_bytes();
     let decoded = percent_decode(raw_path).decode_utf8_lossy();
     let root_path = server.root_path.bind(py);
@@ -115,7 +118,11 @@ pub fn build_scope<'py>(
     }
     scope.set_item(intern!(py, "headers"), headers)?;
     let (client, server_addr) = conn.python(py)?;
-    scope.set_item(intern!(py, "client"), client)?;
+    match forwarded.client {
+        // A forwarded client has no port to report: 0, as uvicorn gives.
+        Some(host) => scope.set_item(intern!(py, "client"), (host, 0u16))?,
+        None => scope.set_item(intern!(py, "client"), client)?,
+    }
     scope.set_item(intern!(py, "server"), server_addr)?;
     if let Some(state) = &server.state {
         scope.set_item(intern!(py, "state"), state.bind(py).copy()?)?;
