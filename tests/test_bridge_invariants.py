@@ -185,6 +185,49 @@ def test_i3_per_coroutine_task_is_fully_initialised(run) -> None:
     run(main)
 
 
+def test_i3_a_task_is_reused_only_when_no_one_can_tell(run) -> None:
+    """I3, with the bridge's pool of idle tasks: a finished coroutine's task stands for the next
+    one only if nothing holds it, strongly or weakly. A task kept in a list stays done and is
+    never handed out again; a task that keys a ``WeakKeyDictionary`` (anyio keeps per-task state
+    so) is never handed out again either, so the next coroutine cannot find that state under
+    its own task; idle tasks are not in ``all_tasks()``.
+
+    Seen failing: with the pool's weak-reference check removed, the WeakKeyDictionary part
+    found the previous coroutine's entry under the reused task ("stale state 0").
+    """
+
+    async def record(kept: list[Any] | None, state: weakref.WeakKeyDictionary, i: int) -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        stale = state.get(task)
+        assert stale is None, f"stale state {stale}"
+        if kept is not None:
+            kept.append(task)
+        else:
+            state[task] = i
+        await asyncio.sleep(0)
+        return id(task)
+
+    async def main(bridge: ferrule.Bridge) -> None:
+        plain = weakref.WeakKeyDictionary()
+        ids = [await bridge.spawn(record(None, plain, i)) for i in range(20)]
+        kept: list[Any] = []
+        for i in range(20):
+            await bridge.spawn(record(kept, weakref.WeakKeyDictionary(), i))
+        assert len({id(t) for t in kept}) == 20, "a task someone holds was handed out again"
+        assert all(t.done() for t in kept)
+        later = [await bridge.spawn(record(None, plain, i)) for i in range(5)]
+        assert not {id(t) for t in kept} & set(later), "a held task was handed out again"
+        assert len(set(ids)) < len(ids), "no task was ever reused"
+        here = asyncio.current_task()
+        idle = [
+            t for t in asyncio.all_tasks() if type(t).__name__ == "DriverTask" and t is not here
+        ]
+        assert not idle, idle
+
+    run(main)
+
+
 # --- I4: cross-thread scheduling needs call_soon_threadsafe ----------------------------------
 
 

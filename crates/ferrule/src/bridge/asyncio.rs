@@ -1,10 +1,14 @@
 //! The asyncio objects the bridge calls on every drive, looked up once per bridge, and the
 //! per-coroutine task (`DriverTask`) built the way each interpreter family needs.
 
+use std::sync::Mutex;
+
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyModule};
+
+use super::ffi;
 
 /// The Python half of the task: a `Task` subclass whose cancellation goes to the bridge's job,
 /// and the instantly finishing coroutine it is built over. Compiled once per process.
@@ -96,6 +100,28 @@ pub struct AsyncioApi {
     pub call_soon: Py<PyAny>,
     pub call_soon_threadsafe: Py<PyAny>,
     task_kwargs: Py<PyDict>,
+    get_weakref_count: Py<PyAny>,
+    /// Finished `DriverTask`s nobody else can see, ready to stand for another coroutine.
+    idle_tasks: Mutex<Vec<PooledTask>>,
+}
+
+/// Building a task costs more than the rest of a small request's drive (3.11: `Task.__init__`
+/// schedules the sentinel's step, adds the task to a `WeakSet`, formats its name; then the pop,
+/// the close, the `set_result`). A finished task that no one else holds, strongly or weakly,
+/// cannot be told apart from a new one, so it is reused. At most this many wait.
+const IDLE_TASKS_MAX: usize = 256;
+
+/// A `DriverTask` and the weak references it had when made (the loop's task registry's own).
+pub struct PooledTask {
+    pub task: Py<PyAny>,
+    weakrefs: usize,
+}
+
+/// A job's task, and whether the bridge must mark it done when the job ends (its sentinel's
+/// step was popped, so nothing else will).
+pub struct TaskSlot {
+    pub task: PooledTask,
+    pub must_finish: bool,
 }
 
 impl AsyncioApi {
@@ -134,15 +160,69 @@ impl AsyncioApi {
             call_soon: event_loop.getattr("call_soon")?.unbind(),
             call_soon_threadsafe: event_loop.getattr("call_soon_threadsafe")?.unbind(),
             task_kwargs: task_kwargs.unbind(),
+            get_weakref_count: py.import("weakref")?.getattr("getweakrefcount")?.unbind(),
+            idle_tasks: Mutex::new(Vec::new()),
         })
     }
 
-    /// A new `DriverTask` that is the current-task identity of one driven coroutine, and
-    /// whether its sentinel will never run (3.11 with `_ready`: the bridge must finish the task).
+    /// A `DriverTask` to be the current-task identity of one driven coroutine: an idle one if
+    /// there is one, else a new one.
     ///
     /// `ready` is `loop._ready` when the loop has one (not on uvloop, I6). Call this with the
     /// right to drive held: eager start and `__step` both touch the current-task table.
-    pub fn new_driver_task<'py>(
+    pub fn driver_task(
+        &self,
+        py: Python<'_>,
+        ready: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<TaskSlot> {
+        if let Some(task) = self.idle_tasks.lock().unwrap().pop() {
+            return Ok(TaskSlot {
+                task,
+                must_finish: false,
+            });
+        }
+        let (task, must_finish) = self.new_driver_task(py, ready)?;
+        let weakrefs = self.get_weakref_count.bind(py).call1((&task,))?.extract()?;
+        Ok(TaskSlot {
+            task: PooledTask {
+                task: task.unbind(),
+                weakrefs,
+            },
+            must_finish,
+        })
+    }
+
+    /// Takes back the task of a finished job (already detached from it and marked done) for
+    /// reuse, if nothing but this call holds it and no weak reference was added since it was made.
+    pub fn recycle(&self, py: Python<'_>, task: PooledTask) {
+        let bound = task.task.bind(py);
+        if ffi::refcount(bound) != 1 {
+            return;
+        }
+        let weakrefs: Option<usize> = self
+            .get_weakref_count
+            .bind(py)
+            .call1((bound,))
+            .and_then(|n| n.extract())
+            .ok();
+        if weakrefs != Some(task.weakrefs) {
+            return;
+        }
+        let mut idle = self.idle_tasks.lock().unwrap();
+        if idle.len() < IDLE_TASKS_MAX {
+            idle.push(task);
+        }
+    }
+
+    /// Drops the idle tasks (the bridge is closing).
+    pub fn clear_idle_tasks(&self) {
+        let idle = std::mem::take(&mut *self.idle_tasks.lock().unwrap());
+        drop(idle);
+    }
+
+    /// A new `DriverTask`, and whether its sentinel will never run (3.11 with `_ready`: the
+    /// bridge must finish the task).
+    fn new_driver_task<'py>(
         &self,
         py: Python<'py>,
         ready: Option<&Bound<'py, PyAny>>,

@@ -35,6 +35,14 @@ pub fn iter_send<'py>(coro: &Bound<'py, PyAny>, value: &Bound<'py, PyAny>) -> Py
     }
 }
 
+/// How many strong references `obj` has (PyO3 deprecated its safe wrapper: a count is a
+/// snapshot, meaningful only when nothing else can take a reference meanwhile, as with the GIL
+/// held and the object reachable from nowhere else, which is how the task pool uses it).
+pub fn refcount(obj: &Bound<'_, PyAny>) -> isize {
+    // SAFETY: the GIL is held (we have a `Bound`), and `obj` is a live object for the call.
+    unsafe { ffi::Py_REFCNT(obj.as_ptr()) }
+}
+
 /// A copy of the calling thread's current `contextvars` context, as `create_task` makes one.
 pub fn copy_current_context(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     // SAFETY: the GIL is held; PyContext_CopyCurrent returns a new reference or NULL with an

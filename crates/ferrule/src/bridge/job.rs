@@ -2,11 +2,12 @@
 //! its copied context, its task identity, what it waits on, and where its result goes.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use pyo3::intern;
 use pyo3::prelude::*;
 
+use super::asyncio::TaskSlot;
 use super::native::NativeFuture;
 use super::{ffi, Shared};
 
@@ -49,9 +50,9 @@ pub struct Job {
     pub(crate) shared: Arc<Shared>,
     pub(crate) coro: Py<PyAny>,
     pub(crate) context: Py<PyAny>,
-    /// The `DriverTask`, and whether the bridge must mark it done at the end (its sentinel
-    /// step was popped, so nothing else will).
-    task: OnceLock<(Py<PyAny>, bool)>,
+    /// The `DriverTask`, made (or taken from the idle ones) at the first drive and given back
+    /// when the job finishes.
+    task: Mutex<Option<TaskSlot>>,
     pub(crate) drives: AtomicU32,
     state: Mutex<JobState>,
 }
@@ -74,7 +75,7 @@ impl Job {
             shared: shared.clone(),
             coro: coro.unbind(),
             context: ffi::copy_current_context(py)?.unbind(),
-            task: OnceLock::new(),
+            task: Mutex::new(None),
             drives: AtomicU32::new(0),
             state: Mutex::new(JobState {
                 waiting: Waiting::Nothing,
@@ -90,14 +91,16 @@ impl Job {
     pub fn task<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let this = slf.get();
-        if let Some((task, _)) = this.task.get() {
-            return Ok(task.bind(py).clone());
+        let mut slot = this.task.lock().unwrap();
+        if let Some(slot) = slot.as_ref() {
+            return Ok(slot.task.task.bind(py).clone());
         }
         let shared = &this.shared;
         let ready = shared.ready.as_ref().map(|r| r.bind(py));
-        let (task, must_finish) = shared.api.new_driver_task(py, ready)?;
+        let made = shared.api.driver_task(py, ready)?;
+        let task = made.task.task.bind(py).clone();
         task.setattr(intern!(py, "_ferrule_job"), slf)?;
-        let _ = this.task.set((task.clone().unbind(), must_finish));
+        *slot = Some(made);
         Ok(task)
     }
 
@@ -152,18 +155,20 @@ impl Job {
         };
         let shared = &this.shared;
         shared.forget_job(this.id);
-        if let Some((task, must_finish)) = this.task.get() {
-            let task = task.bind(py);
+        let slot = this.task.lock().unwrap().take();
+        if let Some(TaskSlot { task, must_finish }) = slot {
             // Break the task -> job reference cycle, and on 3.11 (where the sentinel never ran)
             // mark the task done so nothing waits on it forever.
-            let _ = task.setattr(intern!(py, "_ferrule_job"), py.None());
-            if *must_finish {
+            let bound = task.task.bind(py);
+            let _ = bound.setattr(intern!(py, "_ferrule_job"), py.None());
+            if must_finish {
                 let _ = shared
                     .api
                     .future_set_result
                     .bind(py)
-                    .call1((task, py.None()));
+                    .call1((bound, py.None()));
             }
+            shared.api.recycle(py, task);
         }
         match completion {
             Some(Completion::Future(future)) => {
@@ -289,8 +294,10 @@ impl Job {
     /// The task's repr for error messages.
     pub fn task_repr(&self, py: Python<'_>) -> String {
         self.task
-            .get()
-            .and_then(|(task, _)| task.bind(py).repr().ok())
+            .lock()
+            .unwrap()
+            .as_ref()
+            .and_then(|slot| slot.task.task.bind(py).repr().ok())
             .map(|repr| repr.to_string())
             .unwrap_or_else(|| "<ferrule task>".to_owned())
     }

@@ -556,6 +556,7 @@ impl Bridge {
             let cancelled = shared.api.cancelled_error(py, None);
             Job::finish(job.bind(py), Err(PyErr::from_value(cancelled)));
         }
+        shared.api.clear_idle_tasks();
         if let Some(runtime) = shared.runtime.lock().unwrap().take() {
             // Wait (without the GIL: tasks being dropped may need it) for tokio's threads to
             // stop, so none of them touches Python after the interpreter starts finalising.
