@@ -44,7 +44,7 @@ pub fn drive(py: Python<'_>, job: &Bound<'_, Job>, resume: Resume, place: Place)
     bump(&shared.counters.drives);
     let first_drive = this.drive_count() == 1;
     let (end, steps) = match Job::task(job) {
-        Ok(task) => run_steps(py, job, &task, resume),
+        Ok(task) => run_steps(py, job, &task, resume, place),
         Err(err) => (Step::Finished(Err(err)), 0),
     };
     shared
@@ -78,6 +78,7 @@ fn run_steps(
     job: &Bound<'_, Job>,
     task: &Bound<'_, PyAny>,
     mut resume: Resume,
+    place: Place,
 ) -> (Step, u32) {
     let this = job.get();
     let shared = &this.shared;
@@ -107,6 +108,14 @@ fn run_steps(
         }
         match step {
             Step::Continue(next) => resume = next,
+            // A bare yield (`asyncio.sleep(0)`) asks to let whatever else is ready run first.
+            // On a tokio thread, while the loop thread waits in `select` with nothing ready and
+            // nothing queued for it, the loop would run this coroutine next anyway (after polling
+            // I/O and firing due timers, which wait at most one budget of steps longer): go on
+            // here rather than wake the loop thread and hand the coroutine over.
+            Step::Yield if place == Place::Tokio && shared.loop_has_nothing_ready(py) => {
+                resume = Resume::Send(py.None());
+            }
             other => break other,
         }
     };

@@ -257,6 +257,15 @@ impl Shared {
         }
     }
 
+    /// Nothing waits in `loop._ready` or in the ready queue (false on a loop without `_ready`).
+    pub(crate) fn loop_has_nothing_ready(&self, py: Python<'_>) -> bool {
+        let ready_empty = match &self.ready {
+            Some(ready) => ready.bind(py).len().is_ok_and(|n| n == 0),
+            None => false,
+        };
+        ready_empty && self.queue.is_empty()
+    }
+
     /// The loop thread wants to drive `job` from one of the bridge's callbacks.
     fn drive_on_loop(&self, py: Python<'_>, job: &Bound<'_, Job>, resume: Resume) {
         if self.queue.tokio_driving() {
