@@ -76,25 +76,16 @@ class Case:
     allowed: frozenset[int] = REJECT
 
 
-# hyper applies RFC 9112 here instead of refusing: Transfer-Encoding wins over Content-Length
-# and the connection closes after the response (so nothing is smuggled); identical repeated
-# Content-Lengths are merged into one. Refusing them needs the raw header lines, which hyper
-# does not expose. Known gap of issue 5, kept visible as strict xfails.
-HYPER_TOLERATES = pytest.mark.xfail(
-    strict=True,
-    reason="hyper processes CL+TE (TE wins, then closes) and merges identical CLs; issue 5 gap",
-)
+# Refused by the server's own record of the raw head (crates/ferrule/src/http/heads.rs):
+# hyper alone applies RFC 9112 here (Transfer-Encoding wins over Content-Length, then it closes;
+# identical repeated Content-Lengths are merged). Before that record existed these cases were
+# strict xfails and were served (2xx) instead of refused.
 # hyper closes the connection on an HTTP/2 preface without answering; HTTP/2 prior knowledge
 # is issue 7.
 HYPER_CLOSES_SILENTLY = pytest.mark.xfail(
     strict=True, reason="hyper closes on an HTTP/2 preface without a 400; h2c is issue 7"
 )
 KNOWN_GAPS = {
-    "cl-repeated-identical": HYPER_TOLERATES,
-    "cl-then-te": HYPER_TOLERATES,
-    "te-then-cl": HYPER_TOLERATES,
-    "cl-te": HYPER_TOLERATES,
-    "te-cl": HYPER_TOLERATES,
     "garbage-http2-preface": HYPER_CLOSES_SILENTLY,
 }
 
@@ -390,27 +381,21 @@ def test_malformed_chunked_body_rejected(server: ServerProcess, chunks: bytes) -
 
 @pytest.mark.parametrize("builder", SMUGGLE_CASES)
 def test_smuggled_request_never_reaches_app(
-    server: ServerProcess, builder: Callable[[bytes], Build], request: pytest.FixtureRequest
+    server: ServerProcess, builder: Callable[[bytes], Build]
 ) -> None:
     """Rule: a request smuggled behind another (CL.TE, TE.CL and obfuscated variants: the id
     says which) is never parsed as a second request: the app never sees the smuggled path, the
-    connection carries at most one response, and that response is a 4xx followed by a close
-    (for the CL+TE cases in KNOWN_GAPS, hyper serves the carrier by its Transfer-Encoding and
-    closes: safe, but not the 400 the issue asks for).
+    connection carries at most one response, and that response is a 4xx followed by a close.
     Broken: ``/smuggled-...`` shows up in the app's ``/_seen`` list or a second response
-    appears (request smuggling), or the carrier request is served (2xx) or left open."""
+    appears (request smuggling), or the carrier request is served (2xx) or left open (the CL+TE
+    cases were served by hyper's Transfer-Encoding reading before the raw-head record)."""
     marker = new_marker()
     build = builder(marker.encode())
     got = exchange(server, build(b"/echo?carrier=" + marker.encode()))
     time.sleep(0.2)  # a smuggled request, if parsed, would be in the app by now
     assert not app_saw(server, "smuggled-" + marker), f"SMUGGLED into the app\n{got.describe()}"
     assert len(got.responses) <= 1, f"a second response: smuggled\n{got.describe()}"
-    if request.node.callspec.id in KNOWN_GAPS:
-        # hyper's RFC 9112 handling (see KNOWN_GAPS): the carrier is served by its
-        # Transfer-Encoding and the connection closed; the 400 the issue wants is the gap.
-        assert got.closed, f"left open after an ambiguous request\n{got.describe()}"
-    else:
-        check_rejected(got)
+    check_rejected(got)
     check_still_serving(server)
 
 

@@ -1,11 +1,13 @@
 //! The ASGI HTTP/1.1 server on the bridge, one file per concern (as granian lays out protocols):
 //! - `serve`: `HttpServer`, the accept loop, per-request handling;
 //! - `types`: the ASGI scope;
+//! - `heads`: the raw request heads, recorded as hyper reads them (header order, framing);
 //! - `io`: the `receive` / `send` callables and the response body;
 //! - `proxy`: what a trusted proxy's `X-Forwarded-*` headers change in the scope;
 //! - `callbacks`: what happens when the app's coroutine finishes.
 
 mod callbacks;
+mod heads;
 mod io;
 mod proxy;
 mod serve;

@@ -22,6 +22,7 @@ use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use crate::bridge::{self, Bridge, Completion, Job, NativeFuture, Resume, ResumeVia};
 
 use super::callbacks::{on_app_done, AccessInfo};
+use super::heads::{RawHead, Recorder, RecordingIo};
 use super::io::{closing_response, plain_response, Exchange, Receive, ResponseBody, Send};
 use super::proxy::TrustedProxies;
 use super::types::{build_scope, ConnInfo};
@@ -341,6 +342,8 @@ async fn accept(listener: &Listener) -> std::io::Result<(TokioIo<Box<dyn IoStrea
             (Box::new(stream), ConnInfo::new(None, (path.clone(), None)))
         }
     };
+    let recorder = Recorder::new(conn.heads.clone(), MAX_HEAD_BYTES);
+    let stream: Box<dyn IoStream> = Box::new(RecordingIo::new(stream, recorder));
     Ok((TokioIo::new(stream), conn))
 }
 
@@ -360,6 +363,8 @@ async fn handle(
     conn: Arc<ConnInfo>,
     shared: Arc<ServerShared>,
 ) -> Result<Response<ResponseBody>, Infallible> {
+    // Taken first, whatever happens to the request, to stay in step with hyper's order.
+    let raw_head = conn.heads.take();
     let previous = shared.in_flight.fetch_add(1, Ordering::AcqRel);
     if shared
         .limit_concurrency
@@ -367,6 +372,10 @@ async fn handle(
     {
         shared.request_finished();
         return Ok(plain_response(StatusCode::SERVICE_UNAVAILABLE, &shared));
+    }
+    if raw_head.as_ref().is_some_and(|head| head.ambiguous) {
+        shared.request_finished();
+        return Ok(closing_response(StatusCode::BAD_REQUEST, &shared));
     }
     if let Some(status) = refusal(&request, &shared) {
         shared.request_finished();
@@ -387,7 +396,8 @@ async fn handle(
     let mut guard = DisconnectOnDrop(Some(exchange.clone()));
     let mut access = access;
     Python::attach(|py| {
-        if let Err(err) = start_app(py, &exchange, &parts, &conn, &mut access) {
+        let head = (&parts, raw_head.as_ref());
+        if let Err(err) = start_app(py, &exchange, head, &conn, &mut access) {
             // Calling the app raised before there was a coroutine (say, a sync callable):
             // the same 500 and logged traceback as an exception inside it.
             on_app_done(py, &exchange, access.as_ref(), Err(err));
@@ -465,12 +475,12 @@ fn ambiguous_framing(headers: &http::HeaderMap) -> bool {
 fn start_app(
     py: Python<'_>,
     exchange: &Arc<Exchange>,
-    parts: &http::request::Parts,
+    head: (&http::request::Parts, Option<&RawHead>),
     conn: &ConnInfo,
     access: &mut Option<AccessInfo>,
 ) -> PyResult<()> {
     let shared = &exchange.server;
-    let coro = call_app(py, exchange, parts, conn)?;
+    let coro = call_app(py, exchange, head, conn)?;
     // From here the completion owns the access info; if making the job fails, the caller's
     // fallback logs the error without an access line.
     let access = access.take();
@@ -490,11 +500,11 @@ fn start_app(
 fn call_app<'py>(
     py: Python<'py>,
     exchange: &Arc<Exchange>,
-    parts: &http::request::Parts,
+    (parts, raw_head): (&http::request::Parts, Option<&RawHead>),
     conn: &ConnInfo,
 ) -> PyResult<Bound<'py, PyAny>> {
     let shared = &exchange.server;
-    let scope = build_scope(py, parts, conn, shared)?;
+    let scope = build_scope(py, parts, raw_head, conn, shared)?;
     let receive = Py::new(
         py,
         Receive {

@@ -1,6 +1,6 @@
 //! Building the ASGI `http` scope from a parsed request (ASGI HTTP spec 2.4).
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use http::request::Parts;
 use http::Version;
@@ -9,12 +9,15 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
+use super::heads::{HeadLog, RawHead};
 use super::serve::ServerShared;
 
 /// The two ends of one connection, as the scope's `client` and `server` want them.
 pub struct ConnInfo {
     pub client: Option<(String, u16)>,
     pub server: (String, Option<u16>),
+    /// The request heads recorded as they were read, in the client's order.
+    pub heads: Arc<HeadLog>,
     /// The tuples above as Python objects, made on the connection's first request.
     python: OnceLock<(Py<PyAny>, Py<PyAny>)>,
 }
@@ -24,6 +27,7 @@ impl ConnInfo {
         Self {
             client,
             server,
+            heads: Arc::default(),
             python: OnceLock::new(),
         }
     }
@@ -77,6 +81,7 @@ pub fn http_version(version: Version) -> &'static str {
 pub fn build_scope<'py>(
     py: Python<'py>,
     parts: &Parts,
+    raw_head: Option<&RawHead>,
     conn: &ConnInfo,
     server: &ServerShared,
 ) -> PyResult<Bound<'py, PyDict>> {
@@ -106,15 +111,21 @@ pub fn build_scope<'py>(
     scope.set_item(intern!(py, "query_string"), PyBytes::new(py, query))?;
     scope.set_item(intern!(py, "root_path"), root_path)?;
     let headers = PyList::empty(py);
-    for (name, value) in parts.headers.iter() {
-        let pair = PyTuple::new(
+    let add = |name: &[u8], value: &[u8]| {
+        headers.append(PyTuple::new(
             py,
-            [
-                PyBytes::new(py, name.as_str().as_bytes()),
-                PyBytes::new(py, value.as_bytes()),
-            ],
-        )?;
-        headers.append(pair)?;
+            [PyBytes::new(py, name), PyBytes::new(py, value)],
+        )?)
+    };
+    match raw_head {
+        // In the client's order (hyper's map groups lines by name).
+        Some(head) => head
+            .headers()
+            .try_for_each(|(name, value)| add(name, value))?,
+        None => parts
+            .headers
+            .iter()
+            .try_for_each(|(name, value)| add(name.as_str().as_bytes(), value.as_bytes()))?,
     }
     scope.set_item(intern!(py, "headers"), headers)?;
     let (client, server_addr) = conn.python(py)?;

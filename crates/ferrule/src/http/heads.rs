@@ -1,0 +1,429 @@
+//! `RecordingIo`: the connection's socket as hyper reads it, with every request head it carries
+//! recorded on the way, in order, as the client sent it.
+//!
+//! hyper's `HeaderMap` groups lines by name (the ASGI scope wants the client's order) and, as
+//! RFC 9112 allows, quietly settles framing that two parsers could read differently: a repeated
+//! identical `Content-Length` is merged, `Content-Length` beside `Transfer-Encoding` is dropped.
+//! A server facing the internet refuses those with 400, so it needs the raw lines.
+//!
+//! The recorder follows request boundaries itself (head, then a body of `Content-Length` bytes
+//! or chunked), parsing each head with httparse, the parser hyper uses. It records one
+//! [`RawHead`] per request into the connection's [`HeadLog`]; the service takes them in the
+//! same order as hyper hands it requests. On anything it cannot follow (a head hyper will
+//! reject, an upgrade, a malformed chunk) it stops recording, and requests from then on are
+//! served from hyper's `HeaderMap` alone.
+
+use std::collections::VecDeque;
+use std::io;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// As many header lines as hyper accepts (its default).
+const MAX_HEADERS: usize = 100;
+
+/// One request head: header lines in the client's order, names lowercased.
+pub struct RawHead {
+    bytes: Vec<u8>,
+    fields: Vec<(Range<usize>, Range<usize>)>,
+    /// Framing two parsers could read differently: the request gets 400 and the connection
+    /// closes before anything reads its body.
+    pub ambiguous: bool,
+}
+
+impl RawHead {
+    pub fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.fields
+            .iter()
+            .map(|(name, value)| (&self.bytes[name.clone()], &self.bytes[value.clone()]))
+    }
+}
+
+/// The heads recorded on one connection and not yet taken by the service.
+#[derive(Default)]
+pub struct HeadLog(Mutex<VecDeque<RawHead>>);
+
+impl HeadLog {
+    /// The next request's head, if it was recorded.
+    pub fn take(&self) -> Option<RawHead> {
+        self.0.lock().unwrap().pop_front()
+    }
+
+    fn push(&self, head: RawHead) {
+        self.0.lock().unwrap().push_back(head);
+    }
+}
+
+/// Where the recorder is in the inbound byte stream.
+enum Position {
+    /// Collecting a request head (`pending` holds what has arrived of it).
+    Head,
+    /// Inside a body with this many bytes to go.
+    Body(u64),
+    Chunked(Chunk),
+    /// Not following any more (see the module comment).
+    Stopped,
+}
+
+enum Chunk {
+    /// Reading a chunk-size line.
+    Size,
+    Data(u64),
+    /// The CRLF after a chunk's data.
+    DataEnd,
+    /// Trailer lines after the last chunk, up to an empty line.
+    Trailers,
+}
+
+pub struct Recorder {
+    position: Position,
+    /// The current head, or chunk-size / trailer line, so far.
+    pending: Vec<u8>,
+    log: Arc<HeadLog>,
+    max_head: usize,
+}
+
+impl Recorder {
+    pub fn new(log: Arc<HeadLog>, max_head: usize) -> Self {
+        Self {
+            position: Position::Head,
+            pending: Vec::new(),
+            log,
+            max_head,
+        }
+    }
+
+    /// Follows `data`, the next bytes the client sent.
+    pub fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            data = match self.position {
+                Position::Stopped => return,
+                Position::Head => self.head(data),
+                Position::Body(left) => {
+                    let used = left.min(data.len() as u64);
+                    self.position = match left - used {
+                        0 => Position::Head,
+                        left => Position::Body(left),
+                    };
+                    &data[used as usize..]
+                }
+                Position::Chunked(Chunk::Data(left)) => {
+                    let used = left.min(data.len() as u64);
+                    self.position = Position::Chunked(match left - used {
+                        0 => Chunk::DataEnd,
+                        left => Chunk::Data(left),
+                    });
+                    &data[used as usize..]
+                }
+                Position::Chunked(_) => self.chunk_line(data),
+            };
+        }
+    }
+
+    fn stop(&mut self) {
+        self.position = Position::Stopped;
+        self.pending = Vec::new();
+    }
+
+    /// Takes `data` up to the end of the current line into `pending`; returns the rest and
+    /// whether the line is complete.
+    fn line<'a>(&mut self, data: &'a [u8]) -> (&'a [u8], bool) {
+        match data.iter().position(|&b| b == b'\n') {
+            Some(end) => {
+                self.pending.extend_from_slice(&data[..=end]);
+                (&data[end + 1..], true)
+            }
+            None => {
+                self.pending.extend_from_slice(data);
+                (&[], false)
+            }
+        }
+    }
+
+    fn head<'a>(&mut self, data: &'a [u8]) -> &'a [u8] {
+        let before = self.pending.len();
+        self.pending.extend_from_slice(data);
+        // Parse only once a blank line may have arrived: a head sent a byte at a time must not
+        // cost a parse per byte.
+        let from = before.saturating_sub(3);
+        let tail = &self.pending[from..];
+        if !tail.windows(2).any(|w| w == b"\n\n") && !tail.windows(3).any(|w| w == b"\n\r\n") {
+            if self.pending.len() > self.max_head {
+                self.stop(); // hyper answers 431
+            }
+            return &[];
+        }
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut request = httparse::Request::new(&mut slots);
+        let len = match request.parse(&self.pending) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => return &[],
+            Err(_) => {
+                self.stop(); // hyper answers 400 and closes
+                return &[];
+            }
+        };
+        let base = self.pending.as_ptr() as usize;
+        let offset = |s: &[u8]| s.as_ptr() as usize - base;
+        let mut fields = Vec::with_capacity(request.headers.len());
+        let mut framing = Framing::default();
+        for header in request.headers.iter() {
+            let name = offset(header.name.as_bytes());
+            let value = offset(header.value);
+            framing.note(header.name.as_bytes(), header.value);
+            fields.push((
+                name..name + header.name.len(),
+                value..value + header.value.len(),
+            ));
+        }
+        let upgrade = request.method == Some("CONNECT") || framing.upgrade;
+        let Some(rest_start) = len.checked_sub(before) else {
+            self.stop(); // a head that ended in bytes already seen: not one we follow
+            return &[];
+        };
+        let mut bytes = std::mem::take(&mut self.pending);
+        bytes.truncate(len);
+        for (name, _) in &fields {
+            bytes[name.clone()].make_ascii_lowercase();
+        }
+        let ambiguous = framing.ambiguous();
+        self.position = if ambiguous || upgrade {
+            Position::Stopped
+        } else if framing.chunked {
+            Position::Chunked(Chunk::Size)
+        } else {
+            match framing.length {
+                Some(0) | None => Position::Head,
+                Some(length) => Position::Body(length),
+            }
+        };
+        self.log.push(RawHead {
+            bytes,
+            fields,
+            ambiguous,
+        });
+        &data[rest_start..]
+    }
+
+    fn chunk_line<'a>(&mut self, data: &'a [u8]) -> &'a [u8] {
+        let (rest, complete) = self.line(data);
+        if !complete {
+            if self.pending.len() > 4096 {
+                self.stop(); // no sane chunk-size or trailer line is this long
+            }
+            return rest;
+        }
+        let line = std::mem::take(&mut self.pending);
+        let line = line.strip_suffix(b"\n").unwrap_or(&line);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Position::Chunked(chunk) = &self.position else {
+            unreachable!("chunk_line outside a chunked body")
+        };
+        self.position = match chunk {
+            Chunk::Size => match chunk_size(line) {
+                Some(0) => Position::Chunked(Chunk::Trailers),
+                Some(size) => Position::Chunked(Chunk::Data(size)),
+                None => Position::Stopped,
+            },
+            Chunk::DataEnd if line.is_empty() => Position::Chunked(Chunk::Size),
+            Chunk::DataEnd => Position::Stopped,
+            Chunk::Trailers if line.is_empty() => Position::Head,
+            Chunk::Trailers => Position::Chunked(Chunk::Trailers),
+            Chunk::Data(_) => unreachable!("data is not read by lines"),
+        };
+        rest
+    }
+}
+
+/// A chunk-size line's size (extensions after `;` ignored), if it is valid hex that fits.
+fn chunk_size(line: &[u8]) -> Option<u64> {
+    let digits = line.split(|&b| b == b';').next()?.trim_ascii();
+    if digits.is_empty() || digits.len() > 15 {
+        return None;
+    }
+    u64::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
+}
+
+/// What a head's framing headers say.
+#[derive(Default)]
+struct Framing {
+    lengths: usize,
+    length: Option<u64>,
+    bad_length: bool,
+    encodings: usize,
+    chunked: bool,
+    upgrade: bool,
+}
+
+impl Framing {
+    fn note(&mut self, name: &[u8], value: &[u8]) {
+        if name.eq_ignore_ascii_case(b"content-length") {
+            self.lengths += 1;
+            let digits = value.trim_ascii();
+            let parsed = std::str::from_utf8(digits)
+                .ok()
+                .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|d| d.parse().ok());
+            self.bad_length |= parsed.is_none();
+            self.length = parsed;
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            self.encodings += 1;
+            self.chunked = value.trim_ascii().eq_ignore_ascii_case(b"chunked");
+        } else if name.eq_ignore_ascii_case(b"upgrade") {
+            self.upgrade = true;
+        }
+    }
+
+    /// `Content-Length` more than once (even with equal values) or not a plain number, more
+    /// than one `Transfer-Encoding` line or one that is not just `chunked`, or both headers.
+    fn ambiguous(&self) -> bool {
+        self.lengths > 1
+            || self.encodings > 1
+            || (self.lengths > 0 && self.encodings > 0)
+            || (self.encodings == 1 && !self.chunked)
+            || (self.lengths == 1 && self.bad_length)
+    }
+}
+
+/// A connection's stream with a [`Recorder`] watching what hyper reads from it.
+pub struct RecordingIo<T> {
+    inner: T,
+    recorder: Recorder,
+}
+
+impl<T> RecordingIo<T> {
+    pub fn new(inner: T, recorder: Recorder) -> Self {
+        Self { inner, recorder }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for RecordingIo<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            this.recorder.feed(&buf.filled()[before..]);
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for RecordingIo<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(chunks: &[&[u8]]) -> Vec<RawHead> {
+        let log = Arc::new(HeadLog::default());
+        let mut recorder = Recorder::new(log.clone(), 64 * 1024);
+        for chunk in chunks {
+            recorder.feed(chunk);
+        }
+        std::iter::from_fn(|| log.take()).collect()
+    }
+
+    fn names(head: &RawHead) -> Vec<String> {
+        head.headers()
+            .map(|(n, v)| {
+                format!(
+                    "{}={}",
+                    String::from_utf8_lossy(n),
+                    String::from_utf8_lossy(v)
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keeps_order_and_lowercases_names() {
+        let heads = record(&[b"GET / HTTP/1.1\r\nB: 1\r\nA: 2\r\nb: 3\r\n\r\n"]);
+        assert_eq!(heads.len(), 1);
+        assert_eq!(names(&heads[0]), ["b=1", "a=2", "b=3"]);
+        assert!(!heads[0].ambiguous);
+    }
+
+    #[test]
+    fn follows_bodies_and_pipelining_byte_by_byte() {
+        let stream: &[u8] = b"POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nGET /\r\n\
+POST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nGET\r\n0\r\nT: 1\r\n\r\n\
+GET /c HTTP/1.1\r\nX: last\r\n\r\n";
+        let whole = record(&[stream]);
+        let bytes: Vec<&[u8]> = stream.chunks(1).collect();
+        let split = record(&bytes);
+        for heads in [whole, split] {
+            let all: Vec<Vec<String>> = heads.iter().map(names).collect();
+            assert_eq!(
+                all,
+                [
+                    vec!["content-length=5".to_owned()],
+                    vec!["transfer-encoding=chunked".to_owned()],
+                    vec!["x=last".to_owned()],
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn ambiguous_framing_is_flagged_and_stops_recording() {
+        for head in [
+            &b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n"[..],
+            b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\n",
+        ] {
+            let mut stream = head.to_vec();
+            stream.extend_from_slice(b"abcGET / HTTP/1.1\r\n\r\n");
+            let heads = record(&[&stream]);
+            assert_eq!(heads.len(), 1, "{}", String::from_utf8_lossy(head));
+            assert!(heads[0].ambiguous, "{}", String::from_utf8_lossy(head));
+        }
+    }
+
+    #[test]
+    fn stops_on_what_hyper_rejects() {
+        assert!(
+            record(&[b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\nGET / HTTP/1.1\r\n\r\n"]).is_empty()
+        );
+        let huge = vec![b'a'; 70 * 1024];
+        assert!(record(&[b"GET / HTTP/1.1\r\nX: ", &huge]).is_empty());
+    }
+}
