@@ -40,7 +40,7 @@ STOP_TIMEOUT = 10.0
 #: Default bound for one HTTP exchange.
 HTTP_TIMEOUT = 5.0
 
-RUNNING_RE = re.compile(r"running on http://[^:\s]+:(\d+)")
+RUNNING_RE = re.compile(r"running on (https?)://[^:\s]+:(\d+)")
 UDS_RE = re.compile(r"running on unix socket (\S+)")
 #: ``python -m MODULE`` is the server under test. Setting ``FERRULE_TEST_SERVER_MODULE=uvicorn``
 #: points the suite at uvicorn, to check the tests themselves against a reference server (the
@@ -81,6 +81,7 @@ class ServerProcess:
         self.port: int | None = None
         self.uds: str | None = None
         self.host = "127.0.0.1"
+        self.scheme = "http"  # "https" when the running line says so (TLS)
         self._chunks: dict[str, list[str]] = {"stdout": [], "stderr": []}
         self._cond = threading.Condition()
         self._readers: list[threading.Thread] = []
@@ -162,11 +163,12 @@ class ServerProcess:
         )
 
     def wait_running(self, timeout: float = STARTUP_TIMEOUT) -> ServerProcess:
-        """Wait for the ``running on`` line; record the port (or unix socket path)."""
-        match = self.wait_for_output(r"running on (http://[^:\s]+:\d+|unix socket \S+)", timeout)
+        """Wait for the ``running on`` line; record the scheme and port (or unix socket path)."""
+        match = self.wait_for_output(r"running on (https?://[^:\s]+:\d+|unix socket \S+)", timeout)
         http = RUNNING_RE.search(match.group(0))
         if http:
-            self.port = int(http.group(1))
+            self.scheme = http.group(1)
+            self.port = int(http.group(2))
         else:
             uds = UDS_RE.search(match.group(0))
             assert uds is not None
@@ -176,7 +178,7 @@ class ServerProcess:
     @property
     def base_url(self) -> str:
         assert self.port is not None, "the server has no TCP port (not started, or --uds)"
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     def client(self, timeout: float = HTTP_TIMEOUT, **options: Any) -> httpx.Client:
         """An httpx client for this server (bounded timeouts, no proxies from the env)."""

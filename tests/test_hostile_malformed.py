@@ -80,14 +80,8 @@ class Case:
 # hyper alone applies RFC 9112 here (Transfer-Encoding wins over Content-Length, then it closes;
 # identical repeated Content-Lengths are merged). Before that record existed these cases were
 # strict xfails and were served (2xx) instead of refused.
-# hyper closes the connection on an HTTP/2 preface without answering; HTTP/2 prior knowledge
-# is issue 7.
-HYPER_CLOSES_SILENTLY = pytest.mark.xfail(
-    strict=True, reason="hyper closes on an HTTP/2 preface without a 400; h2c is issue 7"
-)
-KNOWN_GAPS = {
-    "garbage-http2-preface": HYPER_CLOSES_SILENTLY,
-}
+# Cases known to fail, kept visible as strict xfails (none at the moment).
+KNOWN_GAPS: dict[str, Any] = {}
 
 
 def case(id: str, build: Build, allowed: frozenset[int] = REJECT) -> Any:
@@ -116,7 +110,6 @@ HEAD_CASES = [
     case("garbage-text", raw(b"hello there, this is not HTTP\r\n\r\n")),
     case("garbage-nul-bytes", raw(b"\x00" * 64 + b"\r\n\r\n")),
     case("garbage-tls-client-hello", raw(b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + NOISE)),
-    case("garbage-http2-preface", raw(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), REJECT_OR_505),
     # Conflicting or repeated Content-Length.
     case("cl-conflicting", request(b"Content-Length: 5", b"Content-Length: 6", body=b"hello!")),
     case(
@@ -396,6 +389,31 @@ def test_smuggled_request_never_reaches_app(
     assert not app_saw(server, "smuggled-" + marker), f"SMUGGLED into the app\n{got.describe()}"
     assert len(got.responses) <= 1, f"a second response: smuggled\n{got.describe()}"
     check_rejected(got)
+    check_still_serving(server)
+
+
+def frames(data: bytes) -> list[int]:
+    """The types of the HTTP/2 frames in ``data`` (9-byte headers; a cut last frame ends it)."""
+    types, at = [], 0
+    while at + 9 <= len(data):
+        length = int.from_bytes(data[at : at + 3], "big")
+        types.append(data[at + 3])
+        at += 9 + length
+    return types
+
+
+def test_http2_preface_then_garbage_gets_goaway_and_close(server: ServerProcess) -> None:
+    """Rule: the HTTP/2 preface is not garbage to a server that speaks HTTP/2 (h2c with prior
+    knowledge, ``--http auto``); garbage after it is an HTTP/2 connection error: the server
+    answers in HTTP/2 (its SETTINGS, then a GOAWAY) and closes, and keeps serving others.
+    Broken: no answer or no close within the timeout, an HTTP/1 response to an HTTP/2 client,
+    or a dead server. (Before HTTP/2 support, hyper closed on the preface without a word and
+    this case was a strict xfail expecting a 400.)"""
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+    got = exchange(server, preface + b"\x00\x00\x05\xff\x00\x00\x00\x00\x00" + b"junk!" * 4)
+    assert got.closed, f"left open\n{got.describe()}"
+    kinds = frames(got.received)
+    assert kinds[:1] == [0x4] and 0x7 in kinds, f"frame types {kinds}\n{got.describe()}"
     check_still_serving(server)
 
 

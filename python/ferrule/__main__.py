@@ -40,6 +40,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--proxy-headers", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--forwarded-allow-ips", default=None)
+    p.add_argument(
+        "--http",
+        choices=["auto", "1", "2"],
+        default="auto",
+        help="HTTP versions: auto (HTTP/1.1, h2c with prior knowledge, ALPN over TLS), 1 or 2",
+    )
+    p.add_argument("--ssl-certfile", help="TLS: the certificate chain (PEM)")
+    p.add_argument("--ssl-keyfile", help="TLS: the private key (PEM)")
+    p.add_argument("--ssl-keyfile-password", help="TLS: the password of an encrypted key file")
+    p.add_argument("--ssl-ca-certs", help="TLS: CA certificates (PEM) to check client certificates")
+    p.add_argument(
+        "--ssl-cert-reqs",
+        type=int,
+        choices=[0, 1, 2],
+        default=0,
+        help="client certificates: 0 not asked, 1 optional, 2 required (as ssl.CERT_*)",
+    )
     # The benchmark suite's ceiling: PATH answered by the server alone, in Rust (benches/).
     p.add_argument("--rust-hello-route", default=None, metavar="PATH", help=argparse.SUPPRESS)
     return p

@@ -86,7 +86,8 @@ class ClientDisconnected(OSError):
     """Raised by an ASGI ``send()`` once the client has gone away."""
 
 class HttpServer:
-    """The HTTP/1.1 ASGI server: hyper on the bridge's tokio runtime (see ``ferrule.server``)."""
+    """The ASGI server (HTTP/1.1, HTTP/2, TLS): hyper on the bridge's tokio runtime (see
+    ``ferrule.server``)."""
 
     def __init__(
         self,
@@ -103,6 +104,11 @@ class HttpServer:
         server_header: bool = True,
         trusted_proxies: list[str] | None = None,
         rust_hello_route: str | None = None,
+        http: str = "auto",
+        tls_cert: bytes | None = None,
+        tls_key: bytes | None = None,
+        tls_ca_certs: bytes | None = None,
+        tls_cert_reqs: int = 0,
     ) -> None: ...
     def serve_tcp(self, fd: int) -> NativeFuture[None]:
         """Serve a listening TCP socket (ownership of ``fd`` passes to the server); the future

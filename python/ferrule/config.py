@@ -46,6 +46,12 @@ class Config:
     proxy_headers: bool = True
     forwarded_allow_ips: str | list[str] | None = None
     rust_hello_route: str | None = None
+    http: Literal["auto", "1", "2"] = "auto"
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_keyfile_password: str | None = None
+    ssl_ca_certs: str | None = None
+    ssl_cert_reqs: int = 0
     budget: int = 128
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -54,6 +60,8 @@ class Config:
             raise ValueError("workers must be at least 1")
         if self.loop not in ("auto", "asyncio", "uvloop"):
             raise ValueError(f"loop must be auto, asyncio or uvloop, not {self.loop!r}")
+        if self.http not in ("auto", "1", "2"):
+            raise ValueError(f"http must be auto, 1 or 2, not {self.http!r}")
         if self.lifespan not in ("auto", "on", "off"):
             raise ValueError(f"lifespan must be auto, on or off, not {self.lifespan!r}")
 

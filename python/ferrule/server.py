@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any
 
+from ferrule import tls
 from ferrule._bridge import new_event_loop
 from ferrule._ferrule import Bridge, HttpServer
 from ferrule._logging import configure_logging
@@ -46,6 +47,11 @@ def serve(config: Config) -> int:
         logger.error("%s", exc)
         return 1
     try:
+        tls_files = tls.load(config)
+    except tls.TlsConfigError as exc:
+        logger.error("%s", exc)
+        return 1
+    try:
         sock = listening_socket(config)
     except OSError as exc:
         logger.error("%s", exc)
@@ -53,7 +59,7 @@ def serve(config: Config) -> int:
     loop = new_event_loop(config.loop)
     asyncio.set_event_loop(loop)
     try:
-        return loop.run_until_complete(_serve(config, app, sock))
+        return loop.run_until_complete(_serve(config, app, sock, tls_files))
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         asyncio.set_event_loop(None)
@@ -72,7 +78,9 @@ def counters() -> dict[str, int] | None:
     return None if bridge is None else bridge.counters()
 
 
-async def _serve(config: Config, app: Any, sock: socket.socket) -> int:
+async def _serve(
+    config: Config, app: Any, sock: socket.socket, tls_files: tls.TlsFiles | None
+) -> int:
     global _serving_bridge
     loop = asyncio.get_running_loop()
     bridge = _serving_bridge = Bridge(loop, budget=config.budget)
@@ -87,19 +95,30 @@ async def _serve(config: Config, app: Any, sock: socket.socket) -> int:
         stop = asyncio.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        server = HttpServer(
-            bridge,
-            app,
-            root_path=config.root_path,
-            state=lifespan.state,
-            timeout_keep_alive=config.timeout_keep_alive,
-            limit_concurrency=config.limit_concurrency,
-            limit_request_body=config.limit_request_body,
-            max_connections=config.connection_limit,
-            access_log=config.access_log,
-            trusted_proxies=config.trusted_proxies if config.proxy_headers else None,
-            rust_hello_route=config.rust_hello_route,
-        )
+        try:
+            server = HttpServer(
+                bridge,
+                app,
+                root_path=config.root_path,
+                state=lifespan.state,
+                timeout_keep_alive=config.timeout_keep_alive,
+                limit_concurrency=config.limit_concurrency,
+                limit_request_body=config.limit_request_body,
+                max_connections=config.connection_limit,
+                access_log=config.access_log,
+                trusted_proxies=config.trusted_proxies if config.proxy_headers else None,
+                rust_hello_route=config.rust_hello_route,
+                http=config.http,
+                tls_cert=tls_files and tls_files.cert,
+                tls_key=tls_files and tls_files.key,
+                tls_ca_certs=tls_files and tls_files.ca_certs,
+                tls_cert_reqs=tls_files.cert_reqs if tls_files else 0,
+            )
+        except ValueError as exc:  # TLS material rustls refuses
+            logger.error("%s", exc)
+            sock.close()
+            await lifespan.shutdown()
+            return 1
         where = describe(sock, config)
         if sock.family == socket.AF_UNIX:
             stopped = server.serve_unix(sock.detach(), config.uds)
@@ -126,7 +145,8 @@ def describe(sock: socket.socket, config: Config) -> str:
     host, port = sock.getsockname()[:2]
     if sock.family == socket.AF_INET6:
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    scheme = "https" if config.ssl_certfile else "http"
+    return f"{scheme}://{host}:{port}"
 
 
 def listening_socket(config: Config) -> socket.socket:
@@ -244,6 +264,14 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     args.append("--proxy-headers" if config.proxy_headers else "--no-proxy-headers")
     if config.forwarded_allow_ips is not None:
         args += ["--forwarded-allow-ips", ",".join(config.trusted_proxies)]
+    args += ["--http", config.http, "--ssl-cert-reqs", str(config.ssl_cert_reqs)]
+    for option in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ca_certs"):
+        value = getattr(config, option)
+        if value is not None:
+            args += [
+                "--" + option.replace("_", "-"),
+                os.path.abspath(value) if option != "ssl_keyfile_password" else value,
+            ]
     if config.rust_hello_route is not None:
         args += ["--rust-hello-route", config.rust_hello_route]
     return args

@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::ops::Range;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -44,18 +45,32 @@ impl RawHead {
 
 /// The heads recorded on one connection and not yet taken by the service.
 #[derive(Default)]
-pub struct HeadLog(Mutex<VecDeque<RawHead>>);
+pub struct HeadLog {
+    heads: Mutex<VecDeque<RawHead>>,
+    /// A first request arrived: a whole HTTP/1 head, or the HTTP/2 preface.
+    first_request: AtomicBool,
+}
 
 impl HeadLog {
     /// The next request's head, if it was recorded.
     pub fn take(&self) -> Option<RawHead> {
-        self.0.lock().unwrap().pop_front()
+        self.heads.lock().unwrap().pop_front()
+    }
+
+    /// Whether the client has sent a whole first request head (or the HTTP/2 preface): until
+    /// then nothing in hyper times the connection out while it tells HTTP/1 from HTTP/2.
+    pub fn first_request_seen(&self) -> bool {
+        self.first_request.load(Ordering::Acquire)
     }
 
     fn push(&self, head: RawHead) {
-        self.0.lock().unwrap().push_back(head);
+        self.heads.lock().unwrap().push_back(head);
+        self.first_request.store(true, Ordering::Release);
     }
 }
+
+/// How an HTTP/2 connection with prior knowledge starts (RFC 9113, 3.4).
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Where the recorder is in the inbound byte stream.
 enum Position {
@@ -155,6 +170,14 @@ impl Recorder {
                 self.stop(); // hyper answers 431
             }
             return &[];
+        }
+        if self.pending.starts_with(HTTP2_PREFACE) {
+            self.log.first_request.store(true, Ordering::Release);
+            self.stop(); // HTTP/2: hyper's HeaderMap is all there is
+            return &[];
+        }
+        if HTTP2_PREFACE.starts_with(&self.pending) {
+            return &[]; // the preface's own blank line: wait for the rest of it
         }
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut request = httparse::Request::new(&mut slots);
@@ -416,6 +439,17 @@ GET /c HTTP/1.1\r\nX: last\r\n\r\n";
             assert_eq!(heads.len(), 1, "{}", String::from_utf8_lossy(head));
             assert!(heads[0].ambiguous, "{}", String::from_utf8_lossy(head));
         }
+    }
+
+    #[test]
+    fn http2_preface_counts_as_a_first_request_even_split() {
+        let log = Arc::new(HeadLog::default());
+        let mut recorder = Recorder::new(log.clone(), 64 * 1024);
+        recorder.feed(&HTTP2_PREFACE[..18]);
+        assert!(!log.first_request_seen());
+        recorder.feed(&HTTP2_PREFACE[18..]);
+        assert!(log.first_request_seen());
+        assert!(log.take().is_none());
     }
 
     #[test]

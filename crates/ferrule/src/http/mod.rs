@@ -1,8 +1,9 @@
-//! The ASGI HTTP/1.1 server on the bridge, one file per concern (as granian lays out protocols):
+//! The ASGI HTTP/1.1 and HTTP/2 server on the bridge, one file per concern (as granian lays out protocols):
 //! - `serve`: `HttpServer`, the accept loop, per-request handling;
 //! - `types`: the ASGI scope;
 //! - `heads`: the raw request heads, recorded as hyper reads them (header order, framing);
 //! - `io`: the `receive` / `send` callables and the response body;
+//! - `tls`: rustls, certificates and ALPN;
 //! - `proxy`: what a trusted proxy's `X-Forwarded-*` headers change in the scope;
 //! - `callbacks`: what happens when the app's coroutine finishes.
 
@@ -11,6 +12,7 @@ mod heads;
 mod io;
 mod proxy;
 mod serve;
+mod tls;
 mod types;
 
 use pyo3::prelude::*;

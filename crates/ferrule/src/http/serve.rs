@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyBytes, PyDict, PyString};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
@@ -25,6 +25,7 @@ use super::callbacks::{on_app_done, AccessInfo};
 use super::heads::{RawHead, Recorder, RecordingIo};
 use super::io::{closing_response, plain_response, Exchange, Receive, ResponseBody, Send};
 use super::proxy::TrustedProxies;
+use super::tls::{self, ClientCerts};
 use super::types::{build_scope, ConnInfo};
 
 /// What every connection and request of one server shares.
@@ -51,6 +52,32 @@ pub struct ServerShared {
     /// A path answered "Hello, world!" from Rust without calling the app: the benchmark's
     /// ceiling for the HTTP stack alone (`--rust-hello-route`).
     rust_hello_route: Option<String>,
+    versions: HttpVersions,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+/// The HTTP versions `--http` allows.
+#[derive(Clone, Copy)]
+pub struct HttpVersions {
+    pub h1: bool,
+    pub h2: bool,
+}
+
+impl HttpVersions {
+    fn from_option(http: &str) -> PyResult<Self> {
+        match http {
+            "auto" => Ok(Self { h1: true, h2: true }),
+            "1" => Ok(Self {
+                h1: true,
+                h2: false,
+            }),
+            "2" => Ok(Self {
+                h1: false,
+                h2: true,
+            }),
+            _ => Err(PyValueError::new_err("http must be 'auto', '1' or '2'")),
+        }
+    }
 }
 
 impl ServerShared {
@@ -60,6 +87,11 @@ impl ServerShared {
                 .entry(http::header::SERVER)
                 .or_insert_with(|| value.clone());
         }
+    }
+
+    /// How long a client may take to send a request head: the keep-alive timeout, at least 1 s.
+    fn header_read_timeout(&self) -> Duration {
+        self.keep_alive.max(Duration::from_secs(1))
     }
 
     pub fn request_finished(&self) {
@@ -85,7 +117,7 @@ pub struct HttpServer {
 #[pymethods]
 impl HttpServer {
     #[new]
-    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, trusted_proxies=None, rust_hello_route=None))]
+    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -101,7 +133,28 @@ impl HttpServer {
         server_header: bool,
         trusted_proxies: Option<Vec<String>>,
         rust_hello_route: Option<String>,
+        http: &str,
+        tls_cert: Option<Bound<'_, PyBytes>>,
+        tls_key: Option<Bound<'_, PyBytes>>,
+        tls_ca_certs: Option<Bound<'_, PyBytes>>,
+        tls_cert_reqs: u8,
     ) -> PyResult<Self> {
+        let versions = HttpVersions::from_option(http)?;
+        let tls = match (tls_cert, tls_key) {
+            (Some(cert), Some(key)) => Some(tls::acceptor(
+                cert.as_bytes(),
+                key.as_bytes(),
+                tls_ca_certs.as_ref().map(|ca| ca.as_bytes()),
+                ClientCerts::from_ssl_constant(tls_cert_reqs)?,
+                versions,
+            )?),
+            (None, None) => None,
+            _ => {
+                return Err(PyValueError::new_err(
+                    "TLS needs both a certificate and a key",
+                ))
+            }
+        };
         if max_connections == 0 {
             return Err(PyValueError::new_err("max_connections must be at least 1"));
         }
@@ -132,6 +185,8 @@ impl HttpServer {
             keep_alive,
             server_header: server_header.then(|| HeaderValue::from_static("ferrule")),
             rust_hello_route,
+            versions,
+            tls,
         };
         Ok(Self {
             shared: Arc::new(shared),
@@ -250,21 +305,15 @@ async fn accept_loop(
 ) {
     let graceful = GracefulShutdown::new();
     let (abort_tx, abort_rx) = watch::channel(false);
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(shared.keep_alive.max(Duration::from_secs(1)))
-        // The request line and headers must fit in 64 KiB: past it hyper answers 431 (or 414
-        // for a request line alone that long) and closes.
-        .max_buf_size(MAX_HEAD_BYTES);
+    let builder = Arc::new(connection_builder(&shared));
     let permits = Arc::new(Semaphore::new(shared.max_connections));
     loop {
         let accepted = tokio::select! {
             biased;
             _ = stop.wait_for(Option::is_some) => break,
-            accepted = accept_with_permit(&listener, &permits) => accepted,
+            accepted = accept_with_permit(&listener, &permits, &shared) => accepted,
         };
-        let (io, conn, permit) = match accepted {
+        let (stream, conn, permit) = match accepted {
             Ok(accepted) => accepted,
             Err(_) => {
                 // Out of descriptors or a connection reset before accept: keep serving.
@@ -272,15 +321,17 @@ async fn accept_loop(
                 continue;
             }
         };
-        let conn = Arc::new(conn);
-        let service_shared = shared.clone();
-        let service =
-            service_fn(move |request| handle(request, conn.clone(), service_shared.clone()));
-        let connection = graceful.watch(builder.serve_connection(io, service));
+        let served = serve_connection(
+            stream,
+            Arc::new(conn),
+            shared.clone(),
+            builder.clone(),
+            graceful.watcher(),
+        );
         let mut abort = abort_rx.clone();
         tokio::spawn(async move {
             tokio::select! {
-                _ = connection => {}
+                _ = served => {}
                 _ = abort.wait_for(|aborted| *aborted) => {}
             }
             drop(permit);
@@ -303,6 +354,72 @@ async fn accept_loop(
     }
 }
 
+/// hyper's connection settings: HTTP/1.1 and HTTP/2 as `--http` allows (both: the protocol is
+/// told from the client's first bytes, the HTTP/2 preface or not).
+fn connection_builder(shared: &ServerShared) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(shared.header_read_timeout())
+        // The request line and headers must fit in 64 KiB. hyper's buffer is twice that, so a
+        // head a little over the limit is still parsed whole: a long request line then gets
+        // 414 from hyper (it only tells URI length on a complete parse), long headers 431 from
+        // `refusal`. Past the buffer hyper answers 431 and closes.
+        .max_buf_size(2 * MAX_HEAD_BYTES);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(MAX_HEAD_BYTES as u32);
+    match (shared.versions.h1, shared.versions.h2) {
+        (true, false) => builder.http1_only(),
+        (false, true) => builder.http2_only(),
+        _ => builder,
+    }
+}
+
+/// How long a client may take over the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One connection, from the TLS handshake (if any) to its close.
+async fn serve_connection(
+    stream: Box<dyn IoStream>,
+    conn: Arc<ConnInfo>,
+    shared: Arc<ServerShared>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    watcher: hyper_util::server::graceful::Watcher,
+) {
+    let stream: Box<dyn IoStream> = match &shared.tls {
+        None => stream,
+        Some(acceptor) => {
+            match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => Box::new(tls),
+                // A failed or abandoned handshake: rustls has sent its alert, if any.
+                _ => return,
+            }
+        }
+    };
+    // The record of request heads sees the bytes after TLS, as hyper does.
+    let recorder = Recorder::new(conn.heads.clone(), MAX_HEAD_BYTES);
+    let io = TokioIo::new(RecordingIo::new(stream, recorder));
+    let heads = conn.heads.clone();
+    let first_request_timeout = shared.header_read_timeout();
+    let service = service_fn(move |request| handle(request, conn.clone(), shared.clone()));
+    let serving = watcher.watch(builder.serve_connection(io, service));
+    tokio::pin!(serving);
+    // hyper times out slow heads only once it knows the protocol, which takes the client's
+    // first 24 bytes: a client that sends fewer and goes silent is closed here instead.
+    tokio::select! {
+        _ = &mut serving => return,
+        _ = tokio::time::sleep(first_request_timeout) => {
+            if !heads.first_request_seen() {
+                return;
+            }
+        }
+    }
+    let _ = serving.await;
+}
+
 /// hyper's read buffer, which bounds the request line plus headers.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 
@@ -312,21 +429,23 @@ type Accepted = (Box<dyn IoStream>, ConnInfo);
 async fn accept_with_permit(
     listener: &Listener,
     permits: &Arc<Semaphore>,
-) -> std::io::Result<(TokioIo<Box<dyn IoStream>>, ConnInfo, OwnedSemaphorePermit)> {
+    shared: &ServerShared,
+) -> std::io::Result<(Box<dyn IoStream>, ConnInfo, OwnedSemaphorePermit)> {
     let permit = permits
         .clone()
         .acquire_owned()
         .await
         .expect("the semaphore is never closed");
-    let (io, conn) = accept(listener).await?;
-    Ok((io, conn, permit))
+    let (stream, mut conn) = accept(listener).await?;
+    conn.tls = shared.tls.is_some();
+    Ok((stream, conn, permit))
 }
 
 trait IoStream: AsyncRead + AsyncWrite + Unpin + std::marker::Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + std::marker::Send> IoStream for T {}
 
-async fn accept(listener: &Listener) -> std::io::Result<(TokioIo<Box<dyn IoStream>>, ConnInfo)> {
-    let (stream, conn): Accepted = match listener {
+async fn accept(listener: &Listener) -> std::io::Result<Accepted> {
+    match listener {
         Listener::Tcp(listener) => {
             let (stream, peer) = listener.accept().await?;
             let _ = stream.set_nodelay(true);
@@ -335,16 +454,13 @@ async fn accept(listener: &Listener) -> std::io::Result<(TokioIo<Box<dyn IoStrea
                 Some((peer.ip().to_string(), peer.port())),
                 (local.ip().to_string(), Some(local.port())),
             );
-            (Box::new(stream), conn)
+            Ok((Box::new(stream), conn))
         }
         Listener::Unix(listener, path) => {
             let (stream, _) = listener.accept().await?;
-            (Box::new(stream), ConnInfo::new(None, (path.clone(), None)))
+            Ok((Box::new(stream), ConnInfo::new(None, (path.clone(), None))))
         }
-    };
-    let recorder = Recorder::new(conn.heads.clone(), MAX_HEAD_BYTES);
-    let stream: Box<dyn IoStream> = Box::new(RecordingIo::new(stream, recorder));
-    Ok((TokioIo::new(stream), conn))
+    }
 }
 
 /// Tells the app the client is gone if hyper drops the request before the response head.

@@ -18,6 +18,8 @@ pub struct ConnInfo {
     pub server: (String, Option<u16>),
     /// The request heads recorded as they were read, in the client's order.
     pub heads: Arc<HeadLog>,
+    /// Whether the connection is TLS (scheme "https").
+    pub tls: bool,
     /// The tuples above as Python objects, made on the connection's first request.
     python: OnceLock<(Py<PyAny>, Py<PyAny>)>,
 }
@@ -28,6 +30,7 @@ impl ConnInfo {
             client,
             server,
             heads: Arc::default(),
+            tls: false,
             python: OnceLock::new(),
         }
     }
@@ -74,6 +77,7 @@ pub fn http_version(version: Version) -> &'static str {
     match version {
         Version::HTTP_10 => "1.0",
         Version::HTTP_09 => "0.9",
+        Version::HTTP_2 => "2",
         _ => "1.1",
     }
 }
@@ -95,7 +99,9 @@ pub fn build_scope<'py>(
     scope.set_item(intern!(py, "method"), method_name(py, &parts.method))?;
     let peer = conn.client.as_ref().map(|(host, _)| host.as_str());
     let forwarded = server.proxies.forwarded(peer, &parts.headers, false);
-    let scheme = forwarded.scheme.unwrap_or("http");
+    let scheme = forwarded
+        .scheme
+        .unwrap_or(if conn.tls { "https" } else { "http" });
     scope.set_item(intern!(py, "scheme"), PyString::intern(py, scheme))?;
     let raw_path = parts.uri.path().as_bytes();
     let decoded = percent_decode(raw_path).decode_utf8_lossy();
@@ -117,6 +123,12 @@ pub fn build_scope<'py>(
             [PyBytes::new(py, name), PyBytes::new(py, value)],
         )?)
     };
+    if parts.version == Version::HTTP_2 && !parts.headers.contains_key(http::header::HOST) {
+        // HTTP/2 carries the host as `:authority`; frameworks look for a `host` header.
+        if let Some(authority) = parts.uri.authority() {
+            add(b"host", authority.as_str().as_bytes())?;
+        }
+    }
     match raw_head {
         // In the client's order (hyper's map groups lines by name).
         Some(head) => head

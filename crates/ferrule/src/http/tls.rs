@@ -1,0 +1,101 @@
+//! TLS with rustls (`--ssl-*`): the server's certificate and key, optional client certificates,
+//! and ALPN offering the HTTP versions `--http` allows. Python reads the files (and decrypts
+//! a password-protected key); this module gets PEM bytes.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use tokio_rustls::TlsAcceptor;
+
+use super::serve::HttpVersions;
+
+/// What `--ssl-cert-reqs` asks of clients (the values of Python's `ssl.CERT_*`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum ClientCerts {
+    None,
+    Optional,
+    Required,
+}
+
+impl ClientCerts {
+    pub fn from_ssl_constant(value: u8) -> PyResult<Self> {
+        match value {
+            0 => Ok(ClientCerts::None),
+            1 => Ok(ClientCerts::Optional),
+            2 => Ok(ClientCerts::Required),
+            _ => Err(PyValueError::new_err("ssl_cert_reqs must be 0, 1 or 2")),
+        }
+    }
+}
+
+fn bad(what: &str, err: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(format!("{what}: {err}"))
+}
+
+/// The acceptor for `cert_chain` / `key` (PEM), verifying clients against `ca_certs` (PEM) as
+/// `client_certs` says.
+pub fn acceptor(
+    cert_chain: &[u8],
+    key: &[u8],
+    ca_certs: Option<&[u8]>,
+    client_certs: ClientCerts,
+    versions: HttpVersions,
+) -> PyResult<TlsAcceptor> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = CertificateDer::pem_slice_iter(cert_chain)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|err| bad("cannot read the certificate file", err))?;
+    if certs.is_empty() {
+        return Err(PyValueError::new_err(
+            "the certificate file holds no PEM certificate",
+        ));
+    }
+    let key =
+        PrivateKeyDer::from_pem_slice(key).map_err(|err| bad("cannot read the key file", err))?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|err| bad("TLS setup", err))?;
+    let builder = match (ca_certs, client_certs) {
+        (_, ClientCerts::None) => builder.with_no_client_auth(),
+        (None, _) => {
+            return Err(PyValueError::new_err(
+                "ssl_cert_reqs asks for client certificates: give ssl_ca_certs to check them",
+            ))
+        }
+        (Some(ca_certs), required) => {
+            let mut roots = RootCertStore::empty();
+            for ca in CertificateDer::pem_slice_iter(ca_certs) {
+                let ca = ca.map_err(|err| bad("cannot read the CA certificates file", err))?;
+                roots
+                    .add(ca)
+                    .map_err(|err| bad("bad CA certificate", err))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = if required == ClientCerts::Optional {
+                verifier.allow_unauthenticated()
+            } else {
+                verifier
+            };
+            let verifier = verifier
+                .build()
+                .map_err(|err| bad("client certificate verifier", err))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|err| bad("the certificate and key do not make a TLS identity", err))?;
+    config.alpn_protocols = Vec::new();
+    if versions.h2 {
+        config.alpn_protocols.push(b"h2".to_vec());
+    }
+    if versions.h1 {
+        config.alpn_protocols.push(b"http/1.1".to_vec());
+    }
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
