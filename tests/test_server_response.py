@@ -3,11 +3,13 @@ raising ``OSError`` once the client is gone (``response_app``, raw sockets)."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 
 import pytest
 from serverutil import ServerProcess, fetch_record, request_bytes, running_server
@@ -154,3 +156,25 @@ def test_send_raises_oserror_after_client_disconnects(server: ServerProcess) -> 
     record = fetch_record(server, key, timeout=10)
     assert record["is_oserror"], record
     assert time.monotonic() - started < 10
+
+
+def test_pathsend_sends_the_file(server: ServerProcess, tmp_path: Path) -> None:
+    """Rule: ``http.response.pathsend`` (advertised in ``scope["extensions"]``) sends the file
+    at the path as the body, with its Content-Length, without the app reading it; HEAD gets
+    the same head and no body; a missing file gives 500. Broken: the extension is missing
+    from the scope (the app asserts: 500), the body differs, the length is missing, or a
+    missing file hangs the request."""
+    data = os.urandom(300_000)
+    path = tmp_path / "blob.bin"
+    path.write_bytes(data)
+    target = f"/pathsend?file={path}"
+    with server.client() as client:
+        response = client.get(target)
+        assert response.status_code == 200
+        assert response.headers["content-length"] == str(len(data))
+        assert response.content == data
+        head = client.head(target)
+        assert head.status_code == 200 and head.content == b""
+        assert head.headers["content-length"] == str(len(data))
+        missing = client.get(f"/pathsend?file={tmp_path / 'nope'}")
+        assert missing.status_code == 500

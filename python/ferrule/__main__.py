@@ -46,6 +46,15 @@ def parser() -> argparse.ArgumentParser:
         default="auto",
         help="HTTP versions: auto (HTTP/1.1, h2c with prior knowledge, ALPN over TLS), 1 or 2",
     )
+    p.add_argument(
+        "--ws", choices=["auto", "none"], default="auto", help="WebSockets: auto (on) or none"
+    )
+    p.add_argument(
+        "--ws-max-size",
+        type=int,
+        default=16 * 1024 * 1024,
+        help="largest WebSocket message in bytes (default 16 MiB): past it, close 1009",
+    )
     p.add_argument("--ssl-certfile", help="TLS: the certificate chain (PEM)")
     p.add_argument("--ssl-keyfile", help="TLS: the private key (PEM)")
     p.add_argument("--ssl-keyfile-password", help="TLS: the password of an encrypted key file")

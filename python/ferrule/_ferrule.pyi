@@ -109,6 +109,8 @@ class HttpServer:
         tls_key: bytes | None = None,
         tls_ca_certs: bytes | None = None,
         tls_cert_reqs: int = 0,
+        ws: bool = True,
+        ws_max_size: int = 16777216,
     ) -> None: ...
     def serve_tcp(self, fd: int) -> NativeFuture[None]:
         """Serve a listening TCP socket (ownership of ``fd`` passes to the server); the future

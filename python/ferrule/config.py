@@ -52,6 +52,8 @@ class Config:
     ssl_keyfile_password: str | None = None
     ssl_ca_certs: str | None = None
     ssl_cert_reqs: int = 0
+    ws: Literal["auto", "none"] = "auto"
+    ws_max_size: int = 16 * 1024 * 1024
     budget: int = 128
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -62,6 +64,8 @@ class Config:
             raise ValueError(f"loop must be auto, asyncio or uvloop, not {self.loop!r}")
         if self.http not in ("auto", "1", "2"):
             raise ValueError(f"http must be auto, 1 or 2, not {self.http!r}")
+        if self.ws not in ("auto", "none"):
+            raise ValueError(f"ws must be auto or none, not {self.ws!r}")
         if self.lifespan not in ("auto", "on", "off"):
             raise ValueError(f"lifespan must be auto, on or off, not {self.lifespan!r}")
 

@@ -113,6 +113,8 @@ async def _serve(
                 tls_key=tls_files and tls_files.key,
                 tls_ca_certs=tls_files and tls_files.ca_certs,
                 tls_cert_reqs=tls_files.cert_reqs if tls_files else 0,
+                ws=config.ws == "auto",
+                ws_max_size=config.ws_max_size,
             )
         except ValueError as exc:  # TLS material rustls refuses
             logger.error("%s", exc)
@@ -265,6 +267,7 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     if config.forwarded_allow_ips is not None:
         args += ["--forwarded-allow-ips", ",".join(config.trusted_proxies)]
     args += ["--http", config.http, "--ssl-cert-reqs", str(config.ssl_cert_reqs)]
+    args += ["--ws", config.ws, "--ws-max-size", str(config.ws_max_size)]
     for option in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ca_certs"):
         value = getattr(config, option)
         if value is not None:

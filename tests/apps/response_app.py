@@ -56,6 +56,11 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             (b"set-cookie", b"b=2"),
         ]
         await send_response(send, b"ok", headers=headers)
+    elif path == "/pathsend":
+        # The file named by ?file=, sent by the server (http.response.pathsend).
+        assert "http.response.pathsend" in scope.get("extensions", {})
+        await start(send, 200, [(b"content-type", b"application/octet-stream")])
+        await send({"type": "http.response.pathsend", "path": params["file"]})
     elif path == "/stream-until-error":
         await start(send, 200)
         chunk = b"x" * 16384

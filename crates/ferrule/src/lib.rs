@@ -2,3 +2,4 @@
 //! ASGI server built on it.
 pub mod bridge;
 pub mod http;
+pub mod ws;

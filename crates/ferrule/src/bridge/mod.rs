@@ -104,6 +104,20 @@ impl Shared {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Makes `coro` a job whose result goes to `completion`, and gives it its first drive on
+    /// this (tokio) thread: how the server starts every app coroutine.
+    pub fn start_on_tokio(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        coro: &Bound<'_, PyAny>,
+        completion: Completion,
+    ) -> PyResult<()> {
+        let job = Bound::new(py, Job::new(py, self, coro, completion)?)?;
+        self.remember_job(&job);
+        self.drive_from_tokio(py, &job, Resume::Send(py.None()));
+        Ok(())
+    }
+
     pub(crate) fn remember_job(&self, job: &Bound<'_, Job>) {
         bump(&self.counters.spawned);
         self.jobs

@@ -46,29 +46,7 @@ pub fn on_app_done(
     let failed = result.is_err();
     let (status, problem) = exchange.finish_app(py, failed);
     if let Err(error) = result {
-        if error.is_instance_of::<ClientDisconnected>(py) {
-            // The app let send()'s "client went away" propagate: routine, not an app bug.
-            let _ = server.error_logger.bind(py).call_method1(
-                intern!(py, "info"),
-                ("Client disconnected before the response completed",),
-            );
-            log_access(py, server, access, status);
-            return;
-        }
-        let kwargs = PyDict::new(py);
-        // into_value attaches the traceback to the exception, which logging then prints.
-        let logged = kwargs
-            .set_item(intern!(py, "exc_info"), error.into_value(py))
-            .and_then(|_| {
-                server.error_logger.bind(py).call_method(
-                    intern!(py, "error"),
-                    ("Exception in ASGI application",),
-                    Some(&kwargs),
-                )
-            });
-        if let Err(err) = logged {
-            err.write_unraisable(py, None);
-        }
+        log_app_exception(py, server, error);
     } else if let Some(problem) = problem {
         let _ = server
             .error_logger
@@ -91,5 +69,31 @@ fn log_access(py: Python<'_>, server: &ServerShared, access: Option<&AccessInfo>
                 status,
             ),
         );
+    }
+}
+
+/// Logs what an app's coroutine raised: a traceback at ERROR, except for `send()`'s "client
+/// went away" let through, which is routine (INFO, no traceback).
+pub fn log_app_exception(py: Python<'_>, server: &ServerShared, error: PyErr) {
+    if error.is_instance_of::<ClientDisconnected>(py) {
+        let _ = server.error_logger.bind(py).call_method1(
+            intern!(py, "info"),
+            ("Client disconnected before the response completed",),
+        );
+        return;
+    }
+    let kwargs = PyDict::new(py);
+    // into_value attaches the traceback to the exception, which logging then prints.
+    let logged = kwargs
+        .set_item(intern!(py, "exc_info"), error.into_value(py))
+        .and_then(|_| {
+            server.error_logger.bind(py).call_method(
+                intern!(py, "error"),
+                ("Exception in ASGI application",),
+                Some(&kwargs),
+            )
+        });
+    if let Err(err) = logged {
+        err.write_unraisable(py, None);
     }
 }

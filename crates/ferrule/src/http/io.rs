@@ -33,13 +33,15 @@ pyo3::create_exception!(
 );
 
 /// What `send()` raises once the client has gone.
-fn client_gone() -> PyErr {
+pub(crate) fn client_gone() -> PyErr {
     ClientDisconnected::new_err("the client disconnected")
 }
 
 /// Body chunks in flight to hyper, per response: above the drive budget (128 steps), so one
 /// drive can never fill the channel while holding the GIL (invariant I13).
 pub const BODY_CHANNEL_CAPACITY: usize = 256;
+/// How much of a file `http.response.pathsend` reads at a time.
+const PATHSEND_CHUNK: usize = 64 * 1024;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Phase {
@@ -115,6 +117,18 @@ impl Exchange {
     }
 
     /// The client is gone: every later `receive()` says so, every `send()` raises.
+    /// Sends the response head the app started, with `body` as its body.
+    fn send_head(&self, state: &mut ExchangeState, body: ResponseBody) {
+        let (status, headers) = state.head.take().expect("a pending head");
+        let mut response = Response::new(body);
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
+        self.server.add_server_header(response.headers_mut());
+        if let Some(head_tx) = state.head_tx.take() {
+            let _ = head_tx.send(response);
+        }
+    }
+
     pub fn mark_disconnected(&self, py: Python<'_>) {
         let waiters = {
             let mut state = self.state.lock().unwrap();
@@ -347,6 +361,7 @@ impl Send {
         match kind.to_str()? {
             "http.response.start" => self.start(py, &message),
             "http.response.body" => self.body(py, &message),
+            "http.response.pathsend" => self.pathsend(py, &message),
             other => Err(PyValueError::new_err(format!(
                 "Unexpected ASGI message type '{other}'"
             ))),
@@ -386,6 +401,58 @@ impl Send {
         Ok(self.done(py))
     }
 
+    /// `http.response.pathsend`: the server sends the file at `path` as the whole body (with a
+    /// Content-Length unless the app gave one), read by a tokio task, never by Python.
+    fn pathsend(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
+        let path: std::path::PathBuf = message.get_item(intern!(py, "path"))?.extract()?;
+        let file = std::fs::File::open(&path)?;
+        let length = file.metadata()?.len();
+        let exchange = &self.exchange;
+        let mut state = exchange.state.lock().unwrap();
+        if state.disconnected {
+            return Err(client_gone());
+        }
+        if state.phase != Phase::HeadPending {
+            return Err(PyRuntimeError::new_err(
+                "Unexpected ASGI message 'http.response.pathsend': it must follow \
+                 'http.response.start' and replaces the body messages",
+            ));
+        }
+        if let Some((_, headers)) = state.head.as_mut() {
+            headers
+                .entry(http::header::CONTENT_LENGTH)
+                .or_insert_with(|| HeaderValue::from(length));
+        }
+        let (tx, rx) = mpsc::channel(4);
+        state.phase = Phase::Complete;
+        exchange.send_head(&mut state, ResponseBody::stream(rx, exchange.clone()));
+        let waiters = std::mem::take(&mut state.disconnect_waiters);
+        drop(state);
+        exchange.resolve_disconnect_waiters(py, waiters);
+        let aborted = exchange.aborted.clone();
+        runtime::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let mut file = tokio::fs::File::from_std(file);
+            loop {
+                let mut chunk = bytes::BytesMut::with_capacity(PATHSEND_CHUNK);
+                match file.read_buf(&mut chunk).await {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        if tx.send(chunk.freeze()).await.is_err() {
+                            break; // the client went away
+                        }
+                    }
+                    Err(_) => {
+                        // The body ends in an error: hyper closes instead of a short response.
+                        aborted.store(true, Ordering::Release);
+                        break;
+                    }
+                }
+            }
+        })?;
+        Ok(self.done(py))
+    }
+
     fn body(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
         let body = match optional_field(message, intern!(py, "body"))? {
             Some(body) => Bytes::copy_from_slice(
@@ -412,7 +479,6 @@ impl Send {
                 "Unexpected ASGI message 'http.response.body' sent, after response already completed",
             )),
             Phase::HeadPending => {
-                let (status, headers) = state.head.take().expect("a pending head");
                 let response_body = if more_body {
                     let (tx, rx) = mpsc::channel(BODY_CHANNEL_CAPACITY);
                     if !body.is_empty() {
@@ -425,13 +491,7 @@ impl Send {
                     state.phase = Phase::Complete;
                     ResponseBody::full(body)
                 };
-                let mut response = Response::new(response_body);
-                *response.status_mut() = status;
-                *response.headers_mut() = headers;
-                exchange.server.add_server_header(response.headers_mut());
-                if let Some(head_tx) = state.head_tx.take() {
-                    let _ = head_tx.send(response);
-                }
+                exchange.send_head(&mut state, response_body);
                 let waiters = if more_body { Vec::new() } else { std::mem::take(&mut state.disconnect_waiters) };
                 drop(state);
                 exchange.resolve_disconnect_waiters(py, waiters);
@@ -480,7 +540,7 @@ impl Send {
 
 /// `message[key]`, or `None` when the key is missing. A plain dict is read without raising
 /// (and catching) a `KeyError`, which costs more than the rest of a small `send()`.
-fn optional_field<'py>(
+pub(crate) fn optional_field<'py>(
     message: &Bound<'py, PyAny>,
     key: &Bound<'py, PyString>,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
@@ -510,7 +570,7 @@ fn header_pair<'py>(item: &Bound<'py, PyAny>) -> PyResult<[Bound<'py, PyAny>; 2]
     Ok(pair.try_into().expect("two items"))
 }
 
-fn parse_headers(py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<HeaderMap> {
+pub(crate) fn parse_headers(py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<HeaderMap> {
     let mut headers = HeaderMap::new();
     let Some(items) = optional_field(message, intern!(py, "headers"))? else {
         return Ok(headers);

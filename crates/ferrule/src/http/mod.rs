@@ -7,13 +7,13 @@
 //! - `proxy`: what a trusted proxy's `X-Forwarded-*` headers change in the scope;
 //! - `callbacks`: what happens when the app's coroutine finishes.
 
-mod callbacks;
-mod heads;
-mod io;
+pub(crate) mod callbacks;
+pub(crate) mod heads;
+pub(crate) mod io;
 mod proxy;
-mod serve;
+pub(crate) mod serve;
 mod tls;
-mod types;
+pub(crate) mod types;
 
 use pyo3::prelude::*;
 

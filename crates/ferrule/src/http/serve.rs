@@ -19,7 +19,8 @@ use pyo3::types::{PyBytes, PyDict, PyString};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::bridge::{self, Bridge, Completion, Job, NativeFuture, Resume, ResumeVia};
+use crate::bridge::{self, Bridge, Completion, NativeFuture, ResumeVia};
+use crate::ws;
 
 use super::callbacks::{on_app_done, AccessInfo};
 use super::heads::{RawHead, Recorder, RecordingIo};
@@ -31,7 +32,7 @@ use super::types::{build_scope, ConnInfo};
 /// What every connection and request of one server shares.
 pub struct ServerShared {
     pub bridge: Arc<bridge::Shared>,
-    app: Py<PyAny>,
+    pub app: Py<PyAny>,
     pub root_path: Py<PyString>,
     pub state: Option<Py<PyDict>>,
     pub error_logger: Py<PyAny>,
@@ -54,6 +55,8 @@ pub struct ServerShared {
     rust_hello_route: Option<String>,
     versions: HttpVersions,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    /// The largest WebSocket message, when WebSockets are on (`--ws auto`).
+    ws_max_size: Option<usize>,
 }
 
 /// The HTTP versions `--http` allows.
@@ -117,7 +120,7 @@ pub struct HttpServer {
 #[pymethods]
 impl HttpServer {
     #[new]
-    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0))]
+    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -138,6 +141,8 @@ impl HttpServer {
         tls_key: Option<Bound<'_, PyBytes>>,
         tls_ca_certs: Option<Bound<'_, PyBytes>>,
         tls_cert_reqs: u8,
+        ws: bool,
+        ws_max_size: usize,
     ) -> PyResult<Self> {
         let versions = HttpVersions::from_option(http)?;
         let tls = match (tls_cert, tls_key) {
@@ -187,6 +192,7 @@ impl HttpServer {
             rust_hello_route,
             versions,
             tls,
+            ws_max_size: ws.then_some(ws_max_size),
         };
         Ok(Self {
             shared: Arc::new(shared),
@@ -405,7 +411,7 @@ async fn serve_connection(
     let heads = conn.heads.clone();
     let first_request_timeout = shared.header_read_timeout();
     let service = service_fn(move |request| handle(request, conn.clone(), shared.clone()));
-    let serving = watcher.watch(builder.serve_connection(io, service));
+    let serving = watcher.watch(builder.serve_connection_with_upgrades(io, service));
     tokio::pin!(serving);
     // hyper times out slow heads only once it knows the protocol, which takes the client's
     // first 24 bytes: a client that sends fewer and goes silent is closed here instead.
@@ -500,6 +506,11 @@ async fn handle(
     if shared.rust_hello_route.as_deref() == Some(request.uri().path()) {
         shared.request_finished();
         return Ok(rust_hello(&shared));
+    }
+    if let Some(max_size) = shared.ws_max_size {
+        if ws::is_upgrade(&request) {
+            return Ok(ws::upgrade(request, raw_head, conn, shared.clone(), max_size).await);
+        }
     }
     let (parts, body) = request.into_parts();
     let (head_tx, head_rx) = oneshot::channel();
@@ -604,12 +615,7 @@ fn start_app(
     let completion = Completion::Callback(Box::new(move |py, result| {
         on_app_done(py, &finishing, access.as_ref(), result)
     }));
-    let job = Bound::new(py, Job::new(py, &shared.bridge, &coro, completion)?)?;
-    shared.bridge.remember_job(&job);
-    shared
-        .bridge
-        .drive_from_tokio(py, &job, Resume::Send(py.None()));
-    Ok(())
+    shared.bridge.start_on_tokio(py, &coro, completion)
 }
 
 /// `app(scope, receive, send)`: the coroutine to drive.

@@ -1,0 +1,152 @@
+//! A WebSocket from its upgrade request to the socket task: the checks, the scope, the app's
+//! coroutine on the bridge, and the HTTP answer it decides on.
+
+use std::sync::Arc;
+
+use http::{Method, Request, Response, StatusCode, Version};
+use hyper::body::Incoming;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+
+use super::io::{run_socket, WsExchange, WsReceive, WsSend};
+use crate::bridge::Completion;
+use crate::http::callbacks::log_app_exception;
+use crate::http::heads::RawHead;
+use crate::http::io::{closing_response, plain_response, ResponseBody};
+use crate::http::serve::ServerShared;
+use crate::http::types::{build_scope, ConnInfo};
+
+/// Whether `request` asks to become a WebSocket (RFC 6455, 4.1).
+pub fn is_upgrade(request: &Request<Incoming>) -> bool {
+    let headers = request.headers();
+    let upgrade = headers
+        .get(http::header::UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    let connection = headers.get_all(http::header::CONNECTION).iter().any(|v| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
+    });
+    upgrade && connection && request.version() == Version::HTTP_11
+}
+
+/// Serves one upgrade request: the app decides the answer, and a 101 hands the connection to
+/// the socket task. The caller has counted the request in flight; the app's end uncounts it.
+pub async fn upgrade(
+    mut request: Request<Incoming>,
+    raw_head: Option<RawHead>,
+    conn: Arc<ConnInfo>,
+    shared: Arc<ServerShared>,
+    max_size: usize,
+) -> Response<ResponseBody> {
+    let headers = request.headers();
+    let version_ok = headers
+        .get(http::header::SEC_WEBSOCKET_VERSION)
+        .is_some_and(|v| v.as_bytes() == b"13");
+    let key = headers.get(http::header::SEC_WEBSOCKET_KEY).cloned();
+    let (Some(key), true, &Method::GET) = (key, version_ok, request.method()) else {
+        shared.request_finished();
+        let mut refused = closing_response(StatusCode::BAD_REQUEST, &shared);
+        refused.headers_mut().insert(
+            http::header::SEC_WEBSOCKET_VERSION,
+            http::HeaderValue::from_static("13"),
+        );
+        return refused;
+    };
+    let on_upgrade = hyper::upgrade::on(&mut request);
+    let (parts, _body) = request.into_parts();
+    let (exchange, answer, ends) =
+        WsExchange::new(shared.clone(), derive_accept_key(key.as_bytes()));
+    Python::attach(|py| {
+        if let Err(err) = start_app(py, &exchange, &parts, raw_head.as_ref(), &conn) {
+            on_app_done(py, &exchange, Err(err));
+        }
+    });
+    let response = answer
+        .await
+        .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &shared));
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        tokio::spawn(async move {
+            match on_upgrade.await {
+                Ok(upgraded) => run_socket(upgraded, exchange, ends, max_size).await,
+                Err(_) => exchange.mark_closed(1006, String::new()),
+            }
+        });
+    }
+    response
+}
+
+fn start_app(
+    py: Python<'_>,
+    exchange: &Arc<WsExchange>,
+    parts: &http::request::Parts,
+    raw_head: Option<&RawHead>,
+    conn: &ConnInfo,
+) -> PyResult<()> {
+    let shared = &exchange.server;
+    let scope = websocket_scope(py, parts, raw_head, conn, shared)?;
+    let receive = Py::new(
+        py,
+        WsReceive {
+            exchange: exchange.clone(),
+        },
+    )?;
+    let send = Py::new(
+        py,
+        WsSend {
+            exchange: exchange.clone(),
+        },
+    )?;
+    let coro = shared.app.bind(py).call1((scope, receive, send))?;
+    let finishing = exchange.clone();
+    let completion = Completion::Callback(Box::new(move |py, result| {
+        on_app_done(py, &finishing, result)
+    }));
+    shared.bridge.start_on_tokio(py, &coro, completion)
+}
+
+/// The HTTP scope of the upgrade request, made a `websocket` one (ASGI websocket spec 2.4).
+fn websocket_scope<'py>(
+    py: Python<'py>,
+    parts: &http::request::Parts,
+    raw_head: Option<&RawHead>,
+    conn: &ConnInfo,
+    shared: &ServerShared,
+) -> PyResult<Bound<'py, PyDict>> {
+    let scope = build_scope(py, parts, raw_head, conn, shared)?;
+    scope.set_item(intern!(py, "type"), intern!(py, "websocket"))?;
+    scope.del_item(intern!(py, "method"))?;
+    let scheme: String = scope
+        .get_item(intern!(py, "scheme"))?
+        .map_or(Ok("http".to_owned()), |s| s.extract())?;
+    let scheme = match scheme.as_str() {
+        "https" | "wss" => "wss",
+        _ => "ws",
+    };
+    scope.set_item(intern!(py, "scheme"), PyString::new(py, scheme))?;
+    let subprotocols = PyList::empty(py);
+    for value in parts.headers.get_all(http::header::SEC_WEBSOCKET_PROTOCOL) {
+        for name in value.to_str().unwrap_or("").split(',') {
+            let name = name.trim();
+            if !name.is_empty() {
+                subprotocols.append(name)?;
+            }
+        }
+    }
+    scope.set_item(intern!(py, "subprotocols"), subprotocols)?;
+    let extensions = PyDict::new(py);
+    extensions.set_item("websocket.http.response", PyDict::new(py))?;
+    scope.set_item(intern!(py, "extensions"), extensions)?;
+    Ok(scope)
+}
+
+fn on_app_done(py: Python<'_>, exchange: &Arc<WsExchange>, result: PyResult<Py<PyAny>>) {
+    let server = &exchange.server;
+    server.request_finished();
+    exchange.finish_app(result.is_err());
+    if let Err(error) = result {
+        log_app_exception(py, server, error);
+    }
+}
