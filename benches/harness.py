@@ -1,10 +1,12 @@
-"""What run.py and stress.py share: the servers, the scenarios, starting a server, running wrk."""
+"""What run.py and stress.py share: the servers, the scenarios, starting a server, running the
+load generators (wrk for HTTP/1.1, h2load for HTTP/2, oha for the open loop)."""
 
 from __future__ import annotations
 
 import contextlib
 import http.client
 import json
+import math
 import os
 import re
 import shutil
@@ -20,7 +22,7 @@ from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 SERVER_CPU = "0"  # the server process (and all its threads) is pinned here
-CLIENT_CPU = "1"  # wrk is pinned here
+CLIENT_CPU = "1"  # wrk, h2load and oha are pinned here
 
 # Where the ferrule servers import ferrule from (--ferrule-path), ahead of the installed one:
 # e.g. a release wheel unpacked with `pip install --no-deps --target DIR WHEEL`.
@@ -35,6 +37,7 @@ class Scenario:
     method: str = "GET"
     body_size: int = 0  # bytes sent in the request body (POST scenarios)
     title: str = ""
+    http: str = "1"  # "2": HTTP/2 (h2c with prior knowledge), driven by h2load instead of wrk
 
 
 SCENARIOS = [
@@ -46,6 +49,7 @@ SCENARIOS = [
     Scenario("fastapi-sync", "fastapi_app", "/sync", title="FastAPI def (thread pool)"),
     Scenario("stream", "apps", "/stream", title="stream 256 x 1 KiB"),
     Scenario("echo", "apps", "/echo", "POST", 10 * 1024, title="POST 10 KiB echo"),
+    Scenario("h2-hello", "apps", "/hello", title="hello world, HTTP/2", http="2"),
 ]
 SCENARIOS_BY_NAME = {s.name: s for s in SCENARIOS}
 
@@ -53,19 +57,33 @@ SCENARIOS_BY_NAME = {s.name: s for s in SCENARIOS}
 @dataclass(frozen=True)
 class Server:
     name: str
-    command: str  # run with this Python; "{app}" and "{port}" are filled in
+    # Run with this Python; "{app}", "{port}" and "{http}" (the scenario's HTTP version, "1"
+    # or "2") are filled in.
+    command: str
     only: tuple[str, ...] | None = None  # the scenarios it serves, if not all
+    http: tuple[str, ...] = ("1",)  # the HTTP versions it speaks
 
     def serves(self, scenario: Scenario) -> bool:
-        return self.only is None or scenario.name in self.only
+        return scenario.http in self.http and (self.only is None or scenario.name in self.only)
 
-    def argv(self, app: str, port: int) -> list[str]:
-        return [sys.executable, *self.command.format(app=app, port=port).split()]
+    def argv(self, app: str, port: int, http: str = "1") -> list[str]:
+        return [sys.executable, *self.command.format(app=app, port=port, http=http).split()]
 
 
+# ferrule runs with its default `--http auto` (HTTP/1.1 and h2c with prior knowledge) for every
+# scenario. granian gets `--http 1` or `--http 2`: its `--http auto` takes h2c too, but served it
+# markedly slower in a spot check (granian 2.8.7).
 SERVERS = [
-    Server("ferrule-asyncio", "-m ferrule {app} --port {port} --loop asyncio --no-access-log"),
-    Server("ferrule-uvloop", "-m ferrule {app} --port {port} --loop uvloop --no-access-log"),
+    Server(
+        "ferrule-asyncio",
+        "-m ferrule {app} --port {port} --loop asyncio --no-access-log",
+        http=("1", "2"),
+    ),
+    Server(
+        "ferrule-uvloop",
+        "-m ferrule {app} --port {port} --loop uvloop --no-access-log",
+        http=("1", "2"),
+    ),
     # The HTTP stack alone: /hello answered in Rust, the app never called (other paths are not).
     Server(
         "ferrule-rust",
@@ -79,7 +97,9 @@ SERVERS = [
     ),
     Server(
         "granian",
-        "-m granian {app} --port {port} --interface asgi --workers 1 --http 1 --log-level warning",
+        "-m granian {app} --port {port} --interface asgi --workers 1 --http {http}"
+        " --log-level warning",
+        http=("1", "2"),
     ),
 ]
 SERVERS_BY_NAME = {s.name: s for s in SERVERS}
@@ -129,13 +149,16 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """One server serving `module:app`, pinned to SERVER_CPU, in its own process group."""
+    """One server serving `module:app` over HTTP version `http`, pinned to SERVER_CPU, in its
+    own process group."""
 
-    def __init__(self, server: Server, app: str, log_dir: Path) -> None:
+    def __init__(self, server: Server, app: str, log_dir: Path, http: str = "1") -> None:
         self.server = server
+        self.http = http
         self.port = free_port()
-        self.log_path = log_dir / f"{server.name}-{app.replace(':', '-')}.log"
-        self.argv = ["taskset", "-c", SERVER_CPU, *server.argv(app, self.port)]
+        suffix = "" if http == "1" else f"-http{http}"
+        self.log_path = log_dir / f"{server.name}-{app.replace(':', '-')}{suffix}.log"
+        self.argv = ["taskset", "-c", SERVER_CPU, *server.argv(app, self.port, http)]
         env = dict(os.environ, PYTHONPATH=pythonpath(server), PYTHONUNBUFFERED="1")
         self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
@@ -155,18 +178,27 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.server.name} exited early:\n{self.log_tail()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    pass
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                try:
-                    conn.request("GET", probe_path)
-                    conn.getresponse().read()
-                finally:
-                    conn.close()
-                return
+                if self.answers(probe_path):
+                    return
             except OSError:
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         raise RuntimeError(f"{self.server.name} not ready after {timeout}s:\n{self.log_tail()}")
+
+    def answers(self, path: str) -> bool:
+        """Whether the port accepts and one GET of `path`, in the server's HTTP version, gets
+        a response (of any status)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+            pass
+        if self.http == "2":
+            return h2_answers(self.url(path))
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+        try:
+            conn.request("GET", path)
+            conn.getresponse().read()
+        finally:
+            conn.close()
+        return True
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -190,8 +222,10 @@ class ServerProcess:
 
 
 @contextlib.contextmanager
-def serving(server: Server, app: str, probe_path: str, log_dir: Path) -> Iterator[ServerProcess]:
-    proc = ServerProcess(server, app, log_dir)
+def serving(
+    server: Server, app: str, probe_path: str, log_dir: Path, http: str = "1"
+) -> Iterator[ServerProcess]:
+    proc = ServerProcess(server, app, log_dir, http)
     try:
         proc.wait_ready(probe_path)
         yield proc
@@ -298,6 +332,94 @@ def write_script(directory: Path, name: str, text: str) -> Path:
     return path
 
 
+# --- h2load (HTTP/2) ---------------------------------------------------------------------
+
+H2LOAD_CLIENTS = 10  # h2load -c: connections
+H2LOAD_STREAMS = 10  # h2load -m: streams in flight on each connection
+
+
+@dataclass
+class H2loadResult:
+    """What WrkResult holds, from h2load: its summary, and the latency percentiles computed
+    from its per-request log (--log-file), h2load itself printing only min/max/mean/sd."""
+
+    requests: int  # succeeded: responses received, whatever their status
+    rps: float
+    p50_ms: float  # over the responses received in the measured period (not the warm-up)
+    p99_ms: float
+    errors: int  # "errored": streams that never got a whole response, timeouts included
+    non_2xx: int  # 3xx + 4xx + 5xx from the "status codes" line
+
+
+def h2load_argv(url: str, seconds: int, warmup: int, log_file: Path) -> list[str]:
+    argv = ["taskset", "-c", CLIENT_CPU, "h2load", "-c", str(H2LOAD_CLIENTS)]
+    argv += ["-m", str(H2LOAD_STREAMS), "-D", str(seconds)]
+    if warmup:
+        argv += ["--warm-up-time", str(warmup)]
+    return [*argv, "--log-file", str(log_file), url]
+
+
+def run_h2load(url: str, seconds: int, warmup: int, log_dir: Path) -> H2loadResult:
+    """HTTP/2 over cleartext (h2c with prior knowledge, h2load's default for http:// URLs):
+    a warm-up of `warmup` seconds on the same connections, then `seconds` measured."""
+    log_file = log_dir / "h2load-requests.tsv"
+    log_file.unlink(missing_ok=True)  # h2load appends to it
+    argv = h2load_argv(url, seconds, warmup, log_file)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + warmup + 60)
+    if done.returncode != 0:
+        raise RuntimeError(f"h2load failed ({done.returncode}): {done.stderr or done.stdout}")
+    log = log_file.read_text() if log_file.exists() else ""
+    try:
+        return parse_h2load(done.stdout, log)
+    except ValueError as exc:
+        raise ValueError(f"{exc}\n--- h2load output ---\n{done.stdout}{done.stderr}") from None
+
+
+def parse_h2load(out: str, log: str) -> H2loadResult:
+    """h2load's summary `out`, and its --log-file `log`: one line per request closed in the
+    measured period, "start (us since epoch) TAB status (-1: failed) TAB duration (us)"."""
+    rps = re.search(r"finished in \S+, ([\d.]+) req/s", out)
+    counts = re.search(
+        r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, \d+ failed,"
+        r" (\d+) errored, \d+ timeout",
+        out,
+    )
+    codes = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
+    if rps is None or counts is None or codes is None:
+        raise ValueError("no req/s, requests or status codes line in h2load output")
+    latencies_us = sorted(
+        int(fields[2])
+        for fields in (line.split("\t") for line in log.splitlines())
+        if len(fields) == 3 and fields[1] != "-1"
+    )
+    return H2loadResult(
+        requests=int(counts.group(1)),
+        rps=float(rps.group(1)),
+        p50_ms=percentile(latencies_us, 0.50) / 1e3,
+        p99_ms=percentile(latencies_us, 0.99) / 1e3,
+        errors=int(counts.group(2)),
+        non_2xx=sum(int(n) for n in codes.groups()[1:]),
+    )
+
+
+def percentile(ordered: list[int], fraction: float) -> float:
+    """Nearest rank: the smallest value at or above `fraction` of `ordered`; 0 if empty."""
+    if not ordered:
+        return 0.0
+    return float(ordered[max(0, math.ceil(fraction * len(ordered)) - 1)])
+
+
+def h2_answers(url: str) -> bool:
+    """Whether one HTTP/2 GET of `url` (h2c with prior knowledge) gets a response."""
+    try:
+        done = subprocess.run(
+            ["h2load", "-n", "1", "-c", "1", url], capture_output=True, text=True, timeout=10
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return re.search(r"\b1 succeeded", done.stdout) is not None
+
+
 # --- oha (open loop) ----------------------------------------------------------------------
 
 
@@ -315,11 +437,19 @@ def oha_path() -> str | None:
     return shutil.which("oha") or shutil.which(str(Path.home() / ".cargo/bin/oha"))
 
 
+def oha_concurrency(scenario: Scenario, connections: int) -> list[str]:
+    """oha's -c for HTTP/1.1; for HTTP/2, h2load's connections and streams per connection."""
+    if scenario.http == "2":
+        return ["--http2", "-c", str(H2LOAD_CLIENTS), "-p", str(H2LOAD_STREAMS)]
+    return ["-c", str(connections)]
+
+
 def run_oha(url: str, seconds: int, connections: int, rate: int, scenario: Scenario) -> OhaResult:
     """Open loop: `rate` requests/s whatever the server does, latency measured from the time
     each request was due (--latency-correction), so a stalled server is not hidden."""
     argv = ["taskset", "-c", CLIENT_CPU, oha_path() or "oha", "-z", f"{seconds}s"]
-    argv += ["-c", str(connections), "-q", str(rate), "--latency-correction", "--no-tui"]
+    argv += oha_concurrency(scenario, connections)
+    argv += ["-q", str(rate), "--latency-correction", "--no-tui"]
     argv += ["--output-format", "json"]
     if scenario.method != "GET":
         argv += ["-m", scenario.method, "-T", "application/octet-stream"]

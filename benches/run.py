@@ -1,6 +1,6 @@
 """Run the benchmark suite: every scenario against every server, one run, side by side.
 
-    python benches/run.py                       # everything: ~14 minutes on a 2-core machine
+    python benches/run.py                       # everything: ~15 minutes on a 2-core machine
     python benches/run.py --quick               # a ~1-minute smoke run: 1 repeat of 1 s, no oha
     python benches/run.py --scenarios hello,echo --servers ferrule-uvloop,granian
     python benches/run.py --ferrule-path DIR    # ferrule imported from DIR (a release wheel
@@ -8,7 +8,10 @@
 
 Each server is pinned to CPU 0 with taskset and wrk to CPU 1 (`wrk -t1 -c50 --latency`). For
 each scenario: a warm-up, then `--repeats` runs of `--duration` seconds; the table gives the
-median of each column over the repeats (errors and non-2xx are summed). Then, if oha is
+median of each column over the repeats (errors and non-2xx are summed). The HTTP/2 scenario
+(h2-hello) is driven by h2load instead (`h2load -c10 -m10`, h2c with prior knowledge, each
+run with its own `--warm-up-time`; p50/p99 from its per-request log), against the servers that
+speak HTTP/2: ferrule and granian (`--http 2`); the others show '-'. Then, if oha is
 installed (`cargo install oha`), an open-loop pass: every server is offered the same fixed rate
 and oha reports latency corrected for coordinated omission. First of all, the Python-only
 ceiling (benches/ceiling.py). A Markdown table and a PNG chart land in
@@ -23,6 +26,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,17 +38,22 @@ from pathlib import Path
 import harness
 from harness import (
     BENCH_DIR,
+    H2LOAD_CLIENTS,
+    H2LOAD_STREAMS,
     SCENARIOS,
     SCENARIOS_BY_NAME,
     SERVER_CPU,
     SERVERS,
     SERVERS_BY_NAME,
+    H2loadResult,
     OhaResult,
     Scenario,
     Server,
     ServerProcess,
+    WrkResult,
     oha_path,
     pick,
+    run_h2load,
     run_oha,
     run_wrk,
     scratch_dir,
@@ -67,6 +76,10 @@ TARGETS = [
     ("fastapi-sync", 1.1, "granian"),
     ("hello", 0.6, "ferrule-rust"),
 ]
+
+
+# Why a server has no cell in some rows, for the table note.
+NOT_SERVED = "uvicorn speaks no HTTP/2; ferrule-rust is measured on hello only"
 
 
 @dataclass
@@ -114,18 +127,29 @@ def fmt_duration(seconds: float) -> str:
     return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
 
 
+def closed_loop(
+    scenario: Scenario, url: str, tmp: Path, args
+) -> Callable[[int], WrkResult | H2loadResult]:
+    """A closed-loop run of `url` for so many seconds: wrk, or h2load for HTTP/2 (with
+    `args.warmup` seconds of warm-up in every run: h2load measures fresh connections)."""
+    if scenario.http == "2":
+        return lambda seconds: run_h2load(url, seconds, args.warmup, tmp)
+    script = wrk_script(scenario, tmp)
+    return lambda seconds: run_wrk(url, seconds, args.connections, script)
+
+
 def measure_cell(
     server: Server, proc: ServerProcess, scenario: Scenario, tmp: Path, args, progress
 ) -> Cell:
     """Closed loop: a warm-up, then the repeats; the median of each column."""
-    url, script = proc.url(scenario.path), wrk_script(scenario, tmp)
-    if args.warmup:
+    run = closed_loop(scenario, proc.url(scenario.path), tmp, args)
+    if args.warmup and scenario.http == "1":  # h2load warms up inside each run
         progress.show(f"{server.name} {scenario.name}: warm-up {args.warmup}s")
-        run_wrk(url, args.warmup, args.connections, script)
+        run(args.warmup)
     runs = []
     for i in range(args.repeats):
         progress.show(f"{server.name} {scenario.name}: repeat {i + 1}/{args.repeats}")
-        runs.append(run_wrk(url, args.duration, args.connections, script))
+        runs.append(run(args.duration))
         if runs[-1].requests == 0:
             raise RuntimeError(f"0 requests in {args.duration} s: the server stopped answering")
         progress.step(f"{server.name} {scenario.name}: {runs[-1].rps:,.0f} req/s")
@@ -146,21 +170,26 @@ def each_server(
     steps: int,
     failures: list[str],
 ) -> None:
-    """Start each server once per app module and `measure` every scenario of that module.
+    """Start each server once per app module and HTTP version, and `measure` every scenario
+    of that module and version that the server serves.
 
     A scenario that fails is recorded in `failures`, and the server is restarted for the
     scenarios left, so one stalled server does not take the rest of its column with it."""
-    modules = list(dict.fromkeys(s.module for s in scenarios))
+    groups = list(dict.fromkeys((s.module, s.http) for s in scenarios))
     with scratch_dir() as tmp_name:
         tmp = Path(tmp_name)
         for server in servers:
-            for module in modules:
+            for module, http in groups:
                 app = f"{module}:app"
-                pending = [s for s in scenarios if s.module == module and server.serves(s)]
+                pending = [
+                    s
+                    for s in scenarios
+                    if (s.module, s.http) == (module, http) and server.serves(s)
+                ]
                 while pending:
-                    progress.show(f"{server.name}: starting with {app}")
+                    progress.show(f"{server.name}: starting with {app}, HTTP/{http}")
                     try:
-                        with serving(server, app, pending[0].path, tmp) as proc:
+                        with serving(server, app, pending[0].path, tmp, http) as proc:
                             while pending:
                                 scenario = pending.pop(0)
                                 after = progress.done + steps
@@ -274,6 +303,7 @@ def version(package: str) -> str:
 def machine_lines(load_before: str, build: str) -> list[str]:
     wrk = sh("wrk", "-v").splitlines()
     wrk_version = wrk[0].split()[1] if wrk and len(wrk[0].split()) > 1 else "?"
+    h2load_version = sh("h2load", "--version").split()[-1:] or ["?"]
     versions = ", ".join(
         f"{name} {version(name)}"
         for name in ("uvicorn", "granian", "uvloop", "httptools", "fastapi", "anyio")
@@ -281,7 +311,8 @@ def machine_lines(load_before: str, build: str) -> list[str]:
     return [
         f"- Machine: {sh('nproc')} CPUs ({cpu_model()}), Linux {platform.release()}",
         f"- Load average (1/5/15 min) before: {load_before}; after: {loadavg()}",
-        f"- Versions: Python {platform.python_version()}, {versions}, wrk {wrk_version}",
+        f"- Versions: Python {platform.python_version()}, {versions}, wrk {wrk_version},"
+        f" h2load {h2load_version[0]}",
         f"- ferrule: {build}",
     ]
 
@@ -329,12 +360,16 @@ def markdown(
         f" -d{args.duration}s --latency`, {warmup} {args.repeats} repeat(s); median of each"
         " column, errors and non-2xx summed; x granian / x uvicorn compare requests/s."
     )
+    h2 = [s.name for s in scenarios if s.http == "2"]
+    if h2:
+        out.append(h2_method(", ".join(h2), args))
     rates = {name: r.rate for (_, name), r in open_loop.items()}
     if rates:
         listed = ", ".join(f"{name} {rate:,}" for name, rate in rates.items())
         out.append(
             f"- Open loop (the open p50/p99 columns): `oha -c{args.connections} -q RATE"
-            f" -z{args.duration}s --latency-correction` after a {args.warmup} s warm-up, RATE ="
+            f" -z{args.duration}s --latency-correction` (HTTP/2: `--http2 -c{H2LOAD_CLIENTS}"
+            f" -p{H2LOAD_STREAMS}`) after a {args.warmup} s warm-up, RATE ="
             f" {args.open_loop_fraction:g} x the slowest server's req/s above: {listed}."
         )
     columns = (
@@ -348,8 +383,11 @@ def markdown(
     for scenario in scenarios:
         for server in servers:
             cell = cells.get((server.name, scenario.name))
+            empty = 8 if open_loop else 6
+            if not server.serves(scenario):
+                out.append(f"| {scenario.name} | {server.name} | - |" + " - |" * empty)
+                continue
             if cell is None:
-                empty = 8 if open_loop else 6
                 out.append(f"| {scenario.name} | {server.name} | failed |" + " |" * empty)
                 continue
             opened = ""
@@ -361,6 +399,8 @@ def markdown(
                 f" | {ratio(cells, server.name, scenario.name, 'granian')}"
                 f" | {ratio(cells, server.name, scenario.name, 'uvicorn')} |{opened}"
             )
+    if any(not server.serves(s) for server in servers for s in scenarios):
+        out += ["", "-: the server does not serve that scenario (" + NOT_SERVED + ")."]
     if ceiling:
         out += [
             "",
@@ -400,6 +440,20 @@ def markdown(
     return "\n".join(out) + "\n"
 
 
+def h2_method(names: str, args: argparse.Namespace) -> str:
+    warmup = f"--warm-up-time {args.warmup} " if args.warmup else ""
+    return (
+        f"- HTTP/2 ({names}): `taskset -c 1 h2load -c{H2LOAD_CLIENTS} -m{H2LOAD_STREAMS}"
+        f" -D {args.duration} {warmup}--log-file FILE`, h2c with prior knowledge, no separate"
+        " warm-up run; servers: ferrule (`--http auto`, its default) and granian (`--http 2`)."
+        " h2load prints no percentiles: p50/p99 are computed from its per-request log (every"
+        " response of the measured period, from the request's submission to the stream's"
+        ' close); errors are its "errored" streams (timeouts included), non-2xx its 3xx-5xx.'
+        f" {H2LOAD_CLIENTS * H2LOAD_STREAMS} requests in flight, against wrk's"
+        f" {args.connections}: compare servers within the scenario, not across scenarios."
+    )
+
+
 def rust_route_cell(cells: dict, scenario: str) -> str:
     """The Rust-only route's requests/s and each ferrule loop's share of it, or '-'."""
     rust = cells.get(("ferrule-rust", scenario))
@@ -431,6 +485,12 @@ def targets(cells: dict) -> list[str]:
     return lines if len(lines) > 2 else []
 
 
+def bar_label(value: float, unit: str, served: bool) -> str:
+    if not served:
+        return "-"
+    return f"{value:,.0f}" if unit == "req/s" else f"{value:.2f}"
+
+
 def chart(
     cells: dict, ceiling: dict, servers: list[Server], scenarios: list[Scenario], path: Path
 ) -> None:
@@ -449,12 +509,13 @@ def chart(
     for row, scenario in enumerate(scenarios):
         rps = [cells[n, scenario.name].rps if (n, scenario.name) in cells else 0 for n in names]
         p99 = [cells[n, scenario.name].p99_ms if (n, scenario.name) in cells else 0 for n in names]
+        served = [s.serves(scenario) for s in servers]
         for col, (values, unit) in enumerate(((rps, "req/s"), (p99, "p99 ms"))):
             ax = axes[row][col]
             bars = ax.barh(names, values, color=colors)
             ax.invert_yaxis()
             ax.set_xlim(0, max(values + [1]) * 1.25)
-            labels = [f"{v:,.0f}" if unit == "req/s" else f"{v:.2f}" for v in values]
+            labels = [bar_label(v, unit, ok) for v, ok in zip(values, served, strict=True)]
             ax.bar_label(bars, labels=labels, padding=3, fontsize=8)
             ax.tick_params(labelsize=8)
             ax.spines[["top", "right"]].set_visible(False)
@@ -463,11 +524,15 @@ def chart(
                 best = ceiling["asyncio"][scenario.name]["calls_per_s"]
                 title += f"  (Python-only ceiling, asyncio: {best:,.0f}/s)"
             if col == 1:
-                title += ", wrk (lower is better)"
+                client = "h2load" if scenario.http == "2" else "wrk"
+                title += f", {client} (lower is better)"
             ax.set_title(title, fontsize=9, loc="left")
             if col == 1:
                 ax.set_yticklabels([])
-    fig.suptitle(f"ferrule benchmark {path.stem}: server on 1 core, wrk -c50", fontsize=11)
+    subtitle = "server on 1 core, wrk -c50"
+    if any(s.http == "2" for s in scenarios):
+        subtitle += f"; HTTP/2: h2load -c{H2LOAD_CLIENTS} -m{H2LOAD_STREAMS}"
+    fig.suptitle(f"ferrule benchmark {path.stem}: {subtitle}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -478,7 +543,8 @@ def chart(
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="ferrule vs uvicorn vs granian, server on CPU 0 and wrk on CPU 1.",
+        description="ferrule vs uvicorn vs granian, server on CPU 0 and wrk (h2load for"
+        " HTTP/2) on CPU 1.",
         epilog="scenarios: "
         + ", ".join(s.name for s in SCENARIOS)
         + "; servers: "
@@ -489,7 +555,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--duration", type=int, default=5, help="seconds per repeat (default 5)")
     p.add_argument("--repeats", type=int, default=3, help="repeats per scenario (default 3)")
     p.add_argument("--warmup", type=int, default=2, help="warm-up seconds (default 2)")
-    p.add_argument("--connections", type=int, default=50, help="wrk -c (default 50)")
+    p.add_argument(
+        "--connections",
+        type=int,
+        default=50,
+        help=f"wrk and oha -c (default 50); HTTP/2: always -c{H2LOAD_CLIENTS} -m{H2LOAD_STREAMS}",
+    )
     p.add_argument(
         "--ceiling-seconds", type=float, default=2.0, help="per scenario and loop (default 2)"
     )
@@ -525,10 +596,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def drop_h2_without_h2load(scenarios: list[Scenario]) -> tuple[list[Scenario], list[str]]:
+    """The scenarios that can run, and why the HTTP/2 ones cannot if h2load is missing."""
+    h2 = [s.name for s in scenarios if s.http == "2"]
+    if not h2 or shutil.which("h2load"):
+        return scenarios, []
+    why = f"h2load not found (apt-get install nghttp2-client): {', '.join(h2)} skipped"
+    sys.stderr.write(f"warning: {why}\n")
+    return [s for s in scenarios if s.http != "2"], [why]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     scenarios = pick(args.scenarios, SCENARIOS_BY_NAME, "scenario")
     servers = pick(args.servers, SERVERS_BY_NAME, "server")
+    scenarios, skipped = drop_h2_without_h2load(scenarios)
     harness.ferrule_path = args.ferrule_path
     build = harness.ferrule_build()
     if "dev build" in build:
@@ -546,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as exc:
             ceiling_failures.append(str(exc))
     cells, open_loop, failures = run_servers(servers, scenarios, args)
-    failures = ceiling_failures + failures
+    failures = skipped + ceiling_failures + failures
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     args.out.mkdir(parents=True, exist_ok=True)

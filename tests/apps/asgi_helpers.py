@@ -85,3 +85,15 @@ async def lifespan_noop(receive: Any, send: Any) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+def describe_scope(scope: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """``keys`` of ``scope`` (``"<missing>"`` if absent) with their Python types kept, for a
+    test to read back with ``repr`` / ``ast.literal_eval``; asgi, client, server and headers
+    normalised to plain dicts and tuples."""
+    info: dict[str, Any] = {key: scope.get(key, "<missing>") for key in keys}
+    info["asgi"] = dict(scope["asgi"])
+    info["client"] = tuple(scope["client"]) if scope.get("client") is not None else None
+    info["server"] = tuple(scope["server"]) if scope.get("server") is not None else None
+    info["headers"] = [tuple(pair) for pair in scope.get("headers", [])]
+    return info

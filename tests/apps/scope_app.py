@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from asgi_helpers import send_response
+from asgi_helpers import describe_scope, send_response
 
 KEYS = (
     "type",
@@ -26,11 +26,7 @@ KEYS = (
 
 
 def describe(scope: dict[str, Any]) -> dict[str, Any]:
-    info: dict[str, Any] = {key: scope.get(key, "<missing>") for key in KEYS}
-    info["asgi"] = dict(scope["asgi"])
-    info["client"] = tuple(scope["client"]) if scope.get("client") is not None else None
-    info["server"] = tuple(scope["server"]) if scope.get("server") is not None else None
-    info["headers"] = [tuple(pair) for pair in scope["headers"]]
+    info = describe_scope(scope, KEYS)
     info["headers_container"] = type(scope["headers"]).__name__
     info["state"] = sorted(scope["state"]) if "state" in scope else "<missing>"
     info["extra_keys"] = sorted(set(scope) - set(KEYS) - {"headers", "state", "extensions"})

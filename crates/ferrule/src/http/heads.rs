@@ -99,6 +99,9 @@ pub struct Recorder {
     pending: Vec<u8>,
     log: Arc<HeadLog>,
     max_head: usize,
+    /// `--http 1`: an HTTP/2 preface fails the read that brings it, closing the connection.
+    refuse_http2: bool,
+    refused: bool,
 }
 
 impl Recorder {
@@ -108,7 +111,14 @@ impl Recorder {
             pending: Vec::new(),
             log,
             max_head,
+            refuse_http2: false,
+            refused: false,
         }
+    }
+
+    pub fn refusing_http2(mut self) -> Self {
+        self.refuse_http2 = true;
+        self
     }
 
     /// Follows `data`, the next bytes the client sent.
@@ -172,6 +182,7 @@ impl Recorder {
             return &[];
         }
         if self.pending.starts_with(HTTP2_PREFACE) {
+            self.refused = self.refuse_http2;
             self.log.first_request.store(true, Ordering::Release);
             self.stop(); // HTTP/2: hyper's HeaderMap is all there is
             return &[];
@@ -334,6 +345,12 @@ impl<T: AsyncRead + Unpin> AsyncRead for RecordingIo<T> {
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = polled {
             this.recorder.feed(&buf.filled()[before..]);
+            if this.recorder.refused {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "HTTP/2 is turned off (--http 1)",
+                )));
+            }
         }
         polled
     }

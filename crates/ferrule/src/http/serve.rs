@@ -2,7 +2,9 @@
 //! first drive on the tokio thread that parsed it; continuations run on the loop thread.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::os::fd::RawFd;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -360,8 +362,10 @@ async fn accept_loop(
     }
 }
 
-/// hyper's connection settings: HTTP/1.1 and HTTP/2 as `--http` allows (both: the protocol is
-/// told from the client's first bytes, the HTTP/2 preface or not).
+/// hyper's connection settings: HTTP/1.1 and HTTP/2 told apart by the client's first bytes
+/// (hyper-util's auto builder), or HTTP/2 alone. HTTP/1.1 alone cannot be asked of the auto
+/// builder once upgrades are on (it ignores it), so the head recorder refuses an HTTP/2 preface
+/// then (`Recorder::refusing_http2`).
 fn connection_builder(shared: &ServerShared) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -377,10 +381,10 @@ fn connection_builder(shared: &ServerShared) -> auto::Builder<TokioExecutor> {
         .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(MAX_HEAD_BYTES as u32);
-    match (shared.versions.h1, shared.versions.h2) {
-        (true, false) => builder.http1_only(),
-        (false, true) => builder.http2_only(),
-        _ => builder,
+    if shared.versions.h1 {
+        builder
+    } else {
+        builder.http2_only()
     }
 }
 
@@ -406,12 +410,23 @@ async fn serve_connection(
         }
     };
     // The record of request heads sees the bytes after TLS, as hyper does.
-    let recorder = Recorder::new(conn.heads.clone(), MAX_HEAD_BYTES);
+    let mut recorder = Recorder::new(conn.heads.clone(), MAX_HEAD_BYTES);
+    if !shared.versions.h2 {
+        recorder = recorder.refusing_http2();
+    }
     let io = TokioIo::new(RecordingIo::new(stream, recorder));
     let heads = conn.heads.clone();
     let first_request_timeout = shared.header_read_timeout();
+    let versions = shared.versions;
     let service = service_fn(move |request| handle(request, conn.clone(), shared.clone()));
-    let serving = watcher.watch(builder.serve_connection_with_upgrades(io, service));
+    type BoxError = Box<dyn std::error::Error + std::marker::Send + Sync>;
+    type Serving<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + std::marker::Send + 'a>>;
+    let serving: Serving<'_> = if versions.h1 {
+        Box::pin(watcher.watch(builder.serve_connection_with_upgrades(io, service)))
+    } else {
+        // WebSockets are HTTP/1.1 upgrades: none to allow on HTTP/2 alone.
+        Box::pin(watcher.watch(builder.serve_connection(io, service)))
+    };
     tokio::pin!(serving);
     // hyper times out slow heads only once it knows the protocol, which takes the client's
     // first 24 bytes: a client that sends fewer and goes silent is closed here instead.
