@@ -20,6 +20,7 @@ import datetime
 import hashlib
 import ipaddress
 import os
+import signal
 import ssl
 import time
 import uuid
@@ -40,6 +41,7 @@ from serverutil import (
     fetch_record,
     request_bytes,
     running_server,
+    start_server,
 )
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -814,6 +816,28 @@ def test_protocol_violation_closes_1002(server: ServerProcess, frames: list[byte
 
 
 # -- --ws none ---------------------------------------------------------------------------------
+
+
+def test_shutdown_closes_open_websockets_with_1012() -> None:
+    """Rule: SIGINT while websockets are open closes each with 1012 (service restart, as
+    uvicorn does), the app hears the disconnect and the server exits 0 within the graceful
+    timeout. Broken: the client sees a bare TCP close (1006: the sockets were dropped at exit
+    without being told) or nothing until it times out, or the server hangs on the open
+    socket."""
+    srv = start_server(APP, "--timeout-graceful-shutdown", "5")
+    try:
+
+        async def scenario() -> list[int | None]:
+            async with ws_connect(srv, "/echo") as a, ws_connect(srv, "/echo") as b:
+                await a.send("hi")
+                assert await recv(a) == "hi"
+                srv.send_signal(signal.SIGINT)
+                return [close_code(await closed_by_server(ws, 10)) for ws in (a, b)]
+
+        assert run(scenario()) == [1012, 1012]
+        assert srv.wait_exit(15) == 0, srv.describe()
+    finally:
+        srv.close()
 
 
 def test_ws_none_serves_upgrade_as_http() -> None:

@@ -59,6 +59,8 @@ pub struct ServerShared {
     tls: Option<tokio_rustls::TlsAcceptor>,
     /// The largest WebSocket message, when WebSockets are on (`--ws auto`).
     ws_max_size: Option<usize>,
+    /// Becomes `Some(timeout)` when shutdown starts (WebSockets then close with 1012).
+    pub stopping: watch::Receiver<Option<Option<Duration>>>,
 }
 
 /// The HTTP versions `--http` allows.
@@ -147,6 +149,7 @@ impl HttpServer {
         ws_max_size: usize,
     ) -> PyResult<Self> {
         let versions = HttpVersions::from_option(http)?;
+        let stop = watch::channel(None).0;
         let tls = match (tls_cert, tls_key) {
             (Some(cert), Some(key)) => Some(tls::acceptor(
                 cert.as_bytes(),
@@ -195,10 +198,11 @@ impl HttpServer {
             versions,
             tls,
             ws_max_size: ws.then_some(ws_max_size),
+            stopping: stop.subscribe(),
         };
         Ok(Self {
             shared: Arc::new(shared),
-            stop: watch::channel(None).0,
+            stop,
             started: Mutex::new(false),
         })
     }

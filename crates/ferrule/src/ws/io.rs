@@ -487,6 +487,7 @@ pub async fn run_socket(
     let socket =
         WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
     let (mut sink, mut stream) = socket.split();
+    let mut stopping = exchange.server.stopping.clone();
     // The close code the app hears, once known.
     let mut ended: Option<(u16, String)> = None;
     let mut close_deadline: Option<tokio::time::Instant> = None;
@@ -565,6 +566,12 @@ pub async fn run_socket(
                 }
             }
             _ = deadline => break,
+            // The server is shutting down: 1012 (service restart), as uvicorn sends.
+            _ = async { stopping.wait_for(Option::is_some).await.is_ok() }, if close_deadline.is_none() => {
+                ended.get_or_insert((1012, String::new()));
+                let _ = sink.send(close_message(1012, "server shutting down")).await;
+                close_deadline = Some(tokio::time::Instant::now() + CLOSE_TIMEOUT);
+            }
         }
     }
     let (code, reason) = ended.unwrap_or((1006, String::new()));
