@@ -178,3 +178,23 @@ def test_pathsend_sends_the_file(server: ServerProcess, tmp_path: Path) -> None:
         assert head.headers["content-length"] == str(len(data))
         missing = client.get(f"/pathsend?file={tmp_path / 'nope'}")
         assert missing.status_code == 500
+
+
+def test_trailers_follow_a_chunked_body(server: ServerProcess) -> None:
+    """Rule: ``http.response.trailers`` (advertised in ``scope["extensions"]``) after a
+    response started with ``trailers: True`` reaches an HTTP/1.1 client that sent
+    ``TE: trailers`` as a trailer section after the last chunk; the body arrives whole
+    before it. Broken: the extension is missing (500), the body is cut or the trailer is
+    missing from the chunked framing, or the connection hangs waiting for the end."""
+    conn = server.raw()
+    conn.send(request_bytes("GET", "/trailers", headers=[("TE", "trailers")]))
+    head = conn.read_until(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert b"transfer-encoding: chunked" in head.lower(), head
+    rest = conn.read_until(b"\r\n0\r\n")
+    rest += conn.read_until(b"\r\n\r\n")
+    conn.close()
+    chunks, _, trailer = rest.partition(b"\r\n0\r\n")
+    data = b"".join(chunks.split(b"\r\n")[1::2])
+    assert data == b"part one, part two", rest
+    assert trailer.lower() == b"x-checksum: abc123\r\n\r\n", rest

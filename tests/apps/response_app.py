@@ -61,6 +61,22 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         assert "http.response.pathsend" in scope.get("extensions", {})
         await start(send, 200, [(b"content-type", b"application/octet-stream")])
         await send({"type": "http.response.pathsend", "path": params["file"]})
+    elif path == "/trailers":
+        # http.response.trailers: a checksum after the body, announced in a Trailer header.
+        assert "http.response.trailers" in scope.get("extensions", {})
+        headers = [(b"content-type", b"text/plain"), (b"trailer", b"x-checksum")]
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": headers, "trailers": True}
+        )
+        await body(send, b"part one, ", more=True)
+        await body(send, b"part two")
+        await send(
+            {
+                "type": "http.response.trailers",
+                "headers": [(b"x-checksum", b"abc123")],
+                "more_trailers": False,
+            }
+        )
     elif path == "/stream-until-error":
         await start(send, 200)
         chunk = b"x" * 16384

@@ -51,6 +51,9 @@ enum Phase {
     /// exact Content-Length.
     HeadPending,
     Streaming,
+    /// The last body message went out; the `http.response.trailers` promised in the start
+    /// message have not all come yet.
+    AwaitingTrailers,
     Complete,
 }
 
@@ -72,6 +75,10 @@ struct ExchangeState {
     status: u16,
     /// `receive()` calls waiting for `http.disconnect`.
     disconnect_waiters: Vec<Py<NativeFuture>>,
+    /// The start message said `trailers: True`: the body stays open for them.
+    expects_trailers: bool,
+    /// Trailer fields gathered from `http.response.trailers` messages so far.
+    trailers: HeaderMap,
 }
 
 impl ExchangeState {
@@ -91,6 +98,8 @@ pub struct Exchange {
     /// Set when the app failed after streaming began: the body ends in an error, so hyper
     /// closes the connection instead of finishing the response as if it were whole.
     aborted: Arc<AtomicBool>,
+    /// The response's trailer fields, for the body to send once its data has ended.
+    trailers: Mutex<Option<HeaderMap>>,
 }
 
 impl Exchange {
@@ -111,8 +120,11 @@ impl Exchange {
                 body_read: 0,
                 status: 0,
                 disconnect_waiters: Vec::new(),
+                expects_trailers: false,
+                trailers: HeaderMap::new(),
             }),
             aborted: Arc::new(AtomicBool::new(false)),
+            trailers: Mutex::new(None),
         }
     }
 
@@ -163,6 +175,11 @@ impl Exchange {
             };
             let problem = match state.phase {
                 Phase::Complete => None,
+                // Trailers promised but not (all) sent: the body simply ends without them.
+                Phase::AwaitingTrailers => {
+                    state.body_tx = None;
+                    None
+                }
                 Phase::Waiting | Phase::HeadPending => {
                     if let Some(head_tx) = state.head_tx.take() {
                         let _ = head_tx.send(plain_response(
@@ -362,6 +379,7 @@ impl Send {
             "http.response.start" => self.start(py, &message),
             "http.response.body" => self.body(py, &message),
             "http.response.pathsend" => self.pathsend(py, &message),
+            "http.response.trailers" => self.trailers(py, &message),
             other => Err(PyValueError::new_err(format!(
                 "Unexpected ASGI message type '{other}'"
             ))),
@@ -395,9 +413,46 @@ impl Send {
                 "Unexpected ASGI message 'http.response.start': the response has already started",
             ));
         }
+        state.expects_trailers = match optional_field(message, intern!(py, "trailers"))? {
+            Some(flag) => flag.is_truthy()?,
+            None => false,
+        };
         state.head = Some((status, headers));
         state.status = status.as_u16();
         state.phase = Phase::HeadPending;
+        Ok(self.done(py))
+    }
+
+    /// `http.response.trailers`, after the last body message of a response started with
+    /// `trailers: True`; sent once `more_trailers` is false (HTTP/2, or HTTP/1.1 chunked to a
+    /// client that sent `TE: trailers`; hyper drops them otherwise).
+    fn trailers(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
+        let headers = parse_headers(py, message)?;
+        let more = match optional_field(message, intern!(py, "more_trailers"))? {
+            Some(more) => more.is_truthy()?,
+            None => false,
+        };
+        let exchange = &self.exchange;
+        let mut state = exchange.state.lock().unwrap();
+        if state.disconnected {
+            return Err(client_gone());
+        }
+        if state.phase != Phase::AwaitingTrailers {
+            return Err(PyRuntimeError::new_err(
+                "Unexpected ASGI message 'http.response.trailers': it must follow the last \
+                 body message of a response started with 'trailers': True",
+            ));
+        }
+        for (name, value) in headers.iter() {
+            state.trailers.append(name.clone(), value.clone());
+        }
+        if !more {
+            let trailers = std::mem::take(&mut state.trailers);
+            *exchange.trailers.lock().unwrap() = Some(trailers);
+            // Closing the channel ends the data; the body then sends the trailers.
+            state.body_tx = None;
+            state.phase = Phase::Complete;
+        }
         Ok(self.done(py))
     }
 
@@ -475,17 +530,18 @@ impl Send {
             Phase::Waiting => Err(PyRuntimeError::new_err(
                 "Expected ASGI message 'http.response.start', but got 'http.response.body'",
             )),
-            Phase::Complete => Err(PyRuntimeError::new_err(
+            Phase::Complete | Phase::AwaitingTrailers => Err(PyRuntimeError::new_err(
                 "Unexpected ASGI message 'http.response.body' sent, after response already completed",
             )),
             Phase::HeadPending => {
-                let response_body = if more_body {
+                // Trailers follow the body, so a body that expects them is streamed.
+                let response_body = if more_body || state.expects_trailers {
                     let (tx, rx) = mpsc::channel(BODY_CHANNEL_CAPACITY);
                     if !body.is_empty() {
                         let _ = tx.try_send(body);
                     }
                     state.body_tx = Some(tx);
-                    state.phase = Phase::Streaming;
+                    state.phase = if more_body { Phase::Streaming } else { Phase::AwaitingTrailers };
                     ResponseBody::stream(rx, exchange.clone())
                 } else {
                     state.phase = Phase::Complete;
@@ -498,11 +554,16 @@ impl Send {
                 Ok(self.done(py))
             }
             Phase::Streaming => {
-                let tx = if more_body { state.body_tx.clone() } else { state.body_tx.take() };
+                let keep_open = more_body || state.expects_trailers;
+                let tx = if keep_open { state.body_tx.clone() } else { state.body_tx.take() };
                 let waiters = if more_body {
                     Vec::new()
                 } else {
-                    state.phase = Phase::Complete;
+                    state.phase = if state.expects_trailers {
+                        Phase::AwaitingTrailers
+                    } else {
+                        Phase::Complete
+                    };
                     std::mem::take(&mut state.disconnect_waiters)
                 };
                 drop(state);
@@ -659,6 +720,10 @@ impl Body for ResponseBody {
             ResponseBody::Stream(stream) => match stream.rx.poll_recv(cx) {
                 Poll::Ready(Some(chunk)) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
                 Poll::Ready(None) => {
+                    let trailers = stream.exchange.trailers.lock().unwrap().take();
+                    if let Some(trailers) = trailers {
+                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                    }
                     stream.ended = true;
                     if stream.aborted.load(Ordering::Acquire) {
                         Poll::Ready(Some(Err(ResponseAborted)))

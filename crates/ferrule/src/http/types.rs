@@ -149,6 +149,7 @@ pub fn build_scope<'py>(
     scope.set_item(intern!(py, "server"), server_addr)?;
     let extensions = PyDict::new(py);
     extensions.set_item(intern!(py, "http.response.pathsend"), PyDict::new(py))?;
+    extensions.set_item(intern!(py, "http.response.trailers"), PyDict::new(py))?;
     scope.set_item(intern!(py, "extensions"), extensions)?;
     if let Some(state) = &server.state {
         scope.set_item(intern!(py, "state"), state.bind(py).copy()?)?;
