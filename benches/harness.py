@@ -70,18 +70,23 @@ class Server:
         return [sys.executable, *self.command.format(app=app, port=port, http=http).split()]
 
 
+# ferrule answers its bridge counters as JSON on this path, from Rust (`--stats-route`): read
+# before and after each measurement for the GIL-relay figures.
+STATS_PATH = "/__ferrule_stats"
+STATS = f" --stats-route {STATS_PATH}"
+
 # ferrule runs with its default `--http auto` (HTTP/1.1 and h2c with prior knowledge) for every
 # scenario. granian gets `--http 1` or `--http 2`: its `--http auto` takes h2c too, but served it
 # markedly slower in a spot check (granian 2.8.7).
 SERVERS = [
     Server(
         "ferrule-asyncio",
-        "-m ferrule {app} --port {port} --loop asyncio --no-access-log",
+        "-m ferrule {app} --port {port} --loop asyncio --no-access-log" + STATS,
         http=("1", "2"),
     ),
     Server(
         "ferrule-uvloop",
-        "-m ferrule {app} --port {port} --loop uvloop --no-access-log",
+        "-m ferrule {app} --port {port} --loop uvloop --no-access-log" + STATS,
         http=("1", "2"),
     ),
     # The HTTP stack alone: /hello answered in Rust, the app never called (other paths are not).
@@ -219,6 +224,17 @@ class ServerProcess:
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
+
+    def bridge_counters(self) -> dict[str, int] | None:
+        """ferrule's bridge counters (``--stats-route``), or None for other servers."""
+        if STATS_PATH not in self.server.command:
+            return None
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+        try:
+            conn.request("GET", STATS_PATH)
+            return json.loads(conn.getresponse().read())
+        finally:
+            conn.close()
 
 
 @contextlib.contextmanager

@@ -91,6 +91,21 @@ class Cell:
     p99_ms: float
     errors: int
     non_2xx: int
+    # ferrule only: bridge counter deltas per request over the repeats (GIL acquisitions,
+    # handoffs to the loop thread, loop wake-ups, drives) and the collisions seen.
+    relay: dict[str, float] | None = None
+
+
+RELAY_COUNTERS = ("gil_acquisitions", "handoffs", "wakes", "drives")
+
+
+def relay_per_request(before: dict | None, after: dict | None, requests: int) -> dict | None:
+    """Counter deltas per request between two readings of ferrule's bridge counters."""
+    if before is None or after is None or requests <= 0:
+        return None
+    relay = {name: (after[name] - before[name]) / requests for name in RELAY_COUNTERS}
+    relay["collisions"] = after["collisions"] - before["collisions"]
+    return relay
 
 
 class Progress:
@@ -146,6 +161,7 @@ def measure_cell(
     if args.warmup and scenario.http == "1":  # h2load warms up inside each run
         progress.show(f"{server.name} {scenario.name}: warm-up {args.warmup}s")
         run(args.warmup)
+    before = proc.bridge_counters()
     runs = []
     for i in range(args.repeats):
         progress.show(f"{server.name} {scenario.name}: repeat {i + 1}/{args.repeats}")
@@ -159,6 +175,7 @@ def measure_cell(
         p99_ms=statistics.median(r.p99_ms for r in runs),
         errors=sum(r.errors for r in runs),
         non_2xx=sum(r.non_2xx for r in runs),
+        relay=relay_per_request(before, proc.bridge_counters(), sum(r.requests for r in runs)),
     )
 
 
@@ -408,9 +425,7 @@ def markdown(
             f" {args.connections} coroutines with a fake receive/send, no server"
             " (`benches/ceiling.py`, pinned to CPU 0). Rust-only route: the server `ferrule-rust`,"
             " ferrule answering /hello itself (`--rust-hello-route`), the HTTP stack alone; the"
-            " percentage is ferrule's requests/s over it. GIL-relay metrics (GIL acquisitions,"
-            " handoffs, resp_wait): not collected, ferrule's bridge counters are not reachable"
-            " over HTTP yet.",
+            " percentage is ferrule's requests/s over it.",
             "",
             "| scenario | Python-only, asyncio calls/s | Python-only, uvloop calls/s"
             " | ferrule req/s / ceiling, same loop | Rust-only route |",
@@ -431,6 +446,7 @@ def markdown(
                 f"| {scenario.name} | {found[0]['calls_per_s']:,.0f}"
                 f" | {found[1]['calls_per_s']:,.0f} | {', '.join(shares) or '-'} | {rust} |"
             )
+    out += relay_lines(cells, servers, scenarios)
     target_lines = targets(cells)
     if target_lines:
         out += ["", "Targets of issue 4 (requests/s ratio of ferrule to the server named):", ""]
@@ -452,6 +468,36 @@ def h2_method(names: str, args: argparse.Namespace) -> str:
         f" {H2LOAD_CLIENTS * H2LOAD_STREAMS} requests in flight, against wrk's"
         f" {args.connections}: compare servers within the scenario, not across scenarios."
     )
+
+
+def relay_lines(cells: dict, servers: list[Server], scenarios: list[Scenario]) -> list[str]:
+    """The GIL-relay table: ferrule's bridge counters per request over the measured repeats."""
+    rows = []
+    for scenario in scenarios:
+        for server in servers:
+            cell = cells.get((server.name, scenario.name))
+            if cell is None or cell.relay is None:
+                continue
+            r = cell.relay
+            rows.append(
+                f"| {scenario.name} | {server.name} | {r['gil_acquisitions']:.2f}"
+                f" | {r['handoffs']:.2f} | {r['wakes']:.3f} | {r['drives']:.2f}"
+                f" | {r['collisions']:.0f} |"
+            )
+    if not rows:
+        return []
+    return [
+        "",
+        "GIL relay (ferrule's bridge counters, read from `--stats-route` before and after the"
+        " repeats, per request as wrk counted them): GIL acquisitions (tokio thread attaching or"
+        " loop-thread callback), handoffs of a drive to the loop thread, loop wake-ups, drives;"
+        " task collisions in all. Per-request timings (parse to first drive, resp_wait) are not"
+        " collected.",
+        "",
+        "| scenario | server | GIL acquisitions | handoffs | wakes | drives | collisions |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        *rows,
+    ]
 
 
 def rust_route_cell(cells: dict, scenario: str) -> str:

@@ -12,6 +12,7 @@ import time
 import uuid
 from pathlib import Path
 
+import ferrule
 import httpx
 import pytest
 from serverutil import (
@@ -315,3 +316,23 @@ def test_all_options_together() -> None:
         code = server.stop(signal.SIGTERM)
     assert seen["root_path"] == "/root"
     assert is_clean_exit(code, signal.SIGTERM), server.describe()
+
+
+def test_benchmark_routes_are_answered_without_the_app() -> None:
+    """Rule: the benchmark's hidden routes are answered by the server in Rust: with
+    ``--rust-hello-route /r`` the path gets "Hello, world!" and the app is never called for it;
+    with ``--stats-route /s`` the path gets the bridge counters as JSON (``ferrule.COUNTERS``),
+    which count the app's requests and not the stats requests themselves. Broken: the app
+    answers those paths (its JSON instead), a counter is missing, or reading the counters moves
+    them."""
+    with running_server("hello_app:app", "--rust-hello-route", "/r", "--stats-route", "/s") as srv:
+        with srv.client() as client:
+            hello = client.get("/r")
+            assert hello.status_code == 200 and hello.text == "Hello, world!"
+            for _ in range(5):
+                assert client.get("/").status_code == 200
+            first = client.get("/s").json()
+            second = client.get("/s").json()
+        assert sorted(first) == sorted(ferrule.COUNTERS)
+        assert first["spawned"] >= 5 and first["collisions"] == 0, first
+        assert second["spawned"] == first["spawned"], (first, second)

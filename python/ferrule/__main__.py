@@ -68,6 +68,8 @@ def parser() -> argparse.ArgumentParser:
     )
     # The benchmark suite's ceiling: PATH answered by the server alone, in Rust (benches/).
     p.add_argument("--rust-hello-route", default=None, metavar="PATH", help=argparse.SUPPRESS)
+    # The benchmark's GIL-relay figures: PATH answers the bridge counters as JSON, from Rust.
+    p.add_argument("--stats-route", default=None, metavar="PATH", help=argparse.SUPPRESS)
     return p
 
 

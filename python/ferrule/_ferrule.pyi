@@ -111,6 +111,7 @@ class HttpServer:
         tls_cert_reqs: int = 0,
         ws: bool = True,
         ws_max_size: int = 16777216,
+        stats_route: str | None = None,
     ) -> None: ...
     def serve_tcp(self, fd: int) -> NativeFuture[None]:
         """Serve a listening TCP socket (ownership of ``fd`` passes to the server); the future

@@ -46,6 +46,7 @@ class Config:
     proxy_headers: bool = True
     forwarded_allow_ips: str | list[str] | None = None
     rust_hello_route: str | None = None
+    stats_route: str | None = None
     http: Literal["auto", "1", "2"] = "auto"
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None

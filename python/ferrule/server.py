@@ -115,6 +115,7 @@ async def _serve(
                 tls_cert_reqs=tls_files.cert_reqs if tls_files else 0,
                 ws=config.ws == "auto",
                 ws_max_size=config.ws_max_size,
+                stats_route=config.stats_route,
             )
         except ValueError as exc:  # TLS material rustls refuses
             logger.error("%s", exc)
@@ -277,4 +278,6 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
             ]
     if config.rust_hello_route is not None:
         args += ["--rust-hello-route", config.rust_hello_route]
+    if config.stats_route is not None:
+        args += ["--stats-route", config.stats_route]
     return args

@@ -55,6 +55,9 @@ pub struct ServerShared {
     /// A path answered "Hello, world!" from Rust without calling the app: the benchmark's
     /// ceiling for the HTTP stack alone (`--rust-hello-route`).
     rust_hello_route: Option<String>,
+    /// A path answered from Rust with the bridge's counters as JSON (`--stats-route`), for the
+    /// benchmark's GIL-relay figures.
+    stats_route: Option<String>,
     versions: HttpVersions,
     tls: Option<tokio_rustls::TlsAcceptor>,
     /// The largest WebSocket message, when WebSockets are on (`--ws auto`).
@@ -124,7 +127,7 @@ pub struct HttpServer {
 #[pymethods]
 impl HttpServer {
     #[new]
-    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216))]
+    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216, stats_route=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -147,6 +150,7 @@ impl HttpServer {
         tls_cert_reqs: u8,
         ws: bool,
         ws_max_size: usize,
+        stats_route: Option<String>,
     ) -> PyResult<Self> {
         let versions = HttpVersions::from_option(http)?;
         let stop = watch::channel(None).0;
@@ -195,6 +199,7 @@ impl HttpServer {
             keep_alive,
             server_header: server_header.then(|| HeaderValue::from_static("ferrule")),
             rust_hello_route,
+            stats_route,
             versions,
             tls,
             ws_max_size: ws.then_some(ws_max_size),
@@ -526,6 +531,10 @@ async fn handle(
         shared.request_finished();
         return Ok(rust_hello(&shared));
     }
+    if shared.stats_route.as_deref() == Some(request.uri().path()) {
+        shared.request_finished();
+        return Ok(bridge_stats(&shared));
+    }
     if let Some(max_size) = shared.ws_max_size {
         if ws::is_upgrade(&request) {
             return Ok(ws::upgrade(request, raw_head, conn, shared.clone(), max_size).await);
@@ -564,6 +573,26 @@ fn rust_hello(shared: &ServerShared) -> Response<ResponseBody> {
     headers.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain"),
+    );
+    shared.add_server_header(headers);
+    response
+}
+
+/// The bridge's counters as a JSON object, made without Python (so reading them moves none).
+fn bridge_stats(shared: &ServerShared) -> Response<ResponseBody> {
+    let fields: Vec<String> = shared
+        .bridge
+        .counters
+        .snapshot()
+        .into_iter()
+        .map(|(name, value)| format!("\"{name}\": {value}"))
+        .collect();
+    let body = format!("{{{}}}", fields.join(", "));
+    let mut response = Response::new(ResponseBody::full(bytes::Bytes::from(body)));
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
     );
     shared.add_server_header(headers);
     response
