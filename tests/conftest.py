@@ -28,6 +28,7 @@ from typing import Any
 
 import ferrule
 import pytest
+from certs import Certs, make_certs
 
 HAS_UVLOOP = importlib.util.find_spec("uvloop") is not None
 
@@ -240,3 +241,10 @@ def hard_time_limit() -> Iterator[None]:
         yield
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    """A CA, a server certificate for 127.0.0.1/localhost and client certificates (PEM files,
+    see ``tests/certs.py``), made once per session."""
+    return make_certs(tmp_path_factory.mktemp("certs"))

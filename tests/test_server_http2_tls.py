@@ -2,9 +2,7 @@
 (``--ssl-certfile``, ``--ssl-keyfile``, ``--ssl-keyfile-password``, ``--ssl-ca-certs``,
 ``--ssl-cert-reqs``), against ``http2_app``.
 
-The certificates are made at test time with ``cryptography`` (:func:`certs`): a CA, a server
-certificate for ``127.0.0.1``/``localhost`` signed by it, a client certificate signed by it, the
-server key again as an encrypted PKCS#8 PEM, and a client certificate from another ("rogue") CA.
+The certificates are made at test time (``tests/certs.py``, the ``certs`` fixture).
 httpx speaks HTTP/2 through ``h2``: ``http1=False, http2=True`` on ``http://`` is h2c with prior
 knowledge (the client starts with the connection preface); on ``https://`` it offers
 ``h2, http/1.1`` by ALPN. Every client call has a timeout, and every client talks to 127.0.0.1.
@@ -13,23 +11,17 @@ knowledge (the client starts with the connection preface); on ``https://`` it of
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import os
 import re
 import ssl
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from certs import KEY_PASSWORD, Certs
 from serverutil import (
     ServerProcess,
     ferrule_command,
@@ -45,162 +37,6 @@ TIMEOUT = 10.0
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #: An empty SETTINGS frame: length 0, type 0x4, flags 0, stream 0.
 EMPTY_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
-KEY_PASSWORD = "correct horse battery staple"
-
-
-# -- certificates ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Certs:
-    """PEM files in a temporary directory."""
-
-    ca: Path
-    server_cert: Path
-    server_key: Path
-    server_key_encrypted: Path  # encrypted PKCS#8 of the same key, password KEY_PASSWORD
-    client_cert: Path
-    client_key: Path
-    rogue_client_cert: Path  # signed by a CA the server does not trust
-    rogue_client_key: Path
-
-
-def _name(common_name: str) -> x509.Name:
-    return x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "ferrule tests"),
-            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
-        ]
-    )
-
-
-def _new_key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _make_ca(common_name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = _new_key()
-    now = datetime.datetime.now(datetime.UTC)
-    public = key.public_key()
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name(common_name))
-        .issuer_name(_name(common_name))
-        .public_key(public)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(public), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    return cert, key
-
-
-def _make_leaf(
-    common_name: str,
-    ca_cert: x509.Certificate,
-    ca_key: ec.EllipticCurvePrivateKey,
-    *,
-    server: bool,
-) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = _new_key()
-    now = datetime.datetime.now(datetime.UTC)
-    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(common_name))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-            critical=False,
-        )
-    )
-    if server:
-        names: list[x509.GeneralName] = [
-            x509.DNSName("localhost"),
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        ]
-        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-    return builder.sign(ca_key, hashes.SHA256()), key
-
-
-def _write_cert(path: Path, cert: x509.Certificate) -> Path:
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return path
-
-
-def _write_key(
-    path: Path,
-    key: ec.EllipticCurvePrivateKey,
-    encryption: serialization.KeySerializationEncryption | None = None,
-) -> Path:
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            encryption or serialization.NoEncryption(),
-        )
-    )
-    return path
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    """A CA, a server certificate for 127.0.0.1/localhost, client certificates (PEM files)."""
-    folder = tmp_path_factory.mktemp("certs")
-    ca_cert, ca_key = _make_ca("ferrule test CA")
-    server_cert, server_key = _make_leaf("localhost", ca_cert, ca_key, server=True)
-    client_cert, client_key = _make_leaf("ferrule test client", ca_cert, ca_key, server=False)
-    rogue_ca_cert, rogue_ca_key = _make_ca("rogue CA")
-    rogue_cert, rogue_key = _make_leaf("rogue client", rogue_ca_cert, rogue_ca_key, server=False)
-    encrypted = serialization.BestAvailableEncryption(KEY_PASSWORD.encode())
-    return Certs(
-        ca=_write_cert(folder / "ca.pem", ca_cert),
-        server_cert=_write_cert(folder / "server.pem", server_cert),
-        server_key=_write_key(folder / "server.key", server_key),
-        server_key_encrypted=_write_key(folder / "server-encrypted.key", server_key, encrypted),
-        client_cert=_write_cert(folder / "client.pem", client_cert),
-        client_key=_write_key(folder / "client.key", client_key),
-        rogue_client_cert=_write_cert(folder / "rogue-client.pem", rogue_cert),
-        rogue_client_key=_write_key(folder / "rogue-client.key", rogue_key),
-    )
 
 
 def tls_args(certs: Certs) -> list[str]:

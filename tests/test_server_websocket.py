@@ -16,9 +16,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import base64
-import datetime
 import hashlib
-import ipaddress
 import os
 import signal
 import ssl
@@ -26,14 +24,10 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from certs import Certs
 from serverutil import (
     RawConnection,
     RawResponse,
@@ -932,44 +926,12 @@ def test_return_after_accept_closes(server: ServerProcess) -> None:
 # -- TLS and load ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1/localhost and its key (PEM files)."""
-    folder = tmp_path_factory.mktemp("ws-certs")
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    san = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.SubjectAlternativeName(san), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path = folder / "cert.pem"
-    key_path = folder / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
-def test_wss_over_tls(tls_files: tuple[Path, Path]) -> None:
+def test_wss_over_tls(certs: Certs) -> None:
     """Rule: over TLS (--ssl-certfile/--ssl-keyfile) the upgrade works the same and the scope's
     scheme is "wss"; messages are echoed. Broken: the upgrade refused over TLS, scheme "ws" or
     "https", or frames not flowing through the TLS stream."""
-    cert, key = tls_files
-    context = ssl.create_default_context(cafile=str(cert))
+    cert, key = certs.server_cert, certs.server_key
+    context = ssl.create_default_context(cafile=str(certs.ca))
     with running_server(APP, "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)) as srv:
         assert srv.scheme == "https", srv.describe()
 

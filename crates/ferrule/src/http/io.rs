@@ -413,10 +413,7 @@ impl Send {
                 "Unexpected ASGI message 'http.response.start': the response has already started",
             ));
         }
-        state.expects_trailers = match optional_field(message, intern!(py, "trailers"))? {
-            Some(flag) => flag.is_truthy()?,
-            None => false,
-        };
+        state.expects_trailers = optional_flag(message, intern!(py, "trailers"))?;
         state.head = Some((status, headers));
         state.status = status.as_u16();
         state.phase = Phase::HeadPending;
@@ -428,10 +425,7 @@ impl Send {
     /// client that sent `TE: trailers`; hyper drops them otherwise).
     fn trailers(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
         let headers = parse_headers(py, message)?;
-        let more = match optional_field(message, intern!(py, "more_trailers"))? {
-            Some(more) => more.is_truthy()?,
-            None => false,
-        };
+        let more = optional_flag(message, intern!(py, "more_trailers"))?;
         let exchange = &self.exchange;
         let mut state = exchange.state.lock().unwrap();
         if state.disconnected {
@@ -517,10 +511,7 @@ impl Send {
             ),
             None => Bytes::new(),
         };
-        let more_body = match optional_field(message, intern!(py, "more_body"))? {
-            Some(more) => more.is_truthy()?,
-            None => false,
-        };
+        let more_body = optional_flag(message, intern!(py, "more_body"))?;
         let exchange = &self.exchange;
         let mut state = exchange.state.lock().unwrap();
         if state.disconnected {
@@ -613,6 +604,14 @@ pub(crate) fn optional_field<'py>(
         Err(err) if err.is_instance_of::<PyKeyError>(message.py()) => Ok(None),
         Err(err) => Err(err),
     }
+}
+
+/// `message[key]` read as a flag: false when the key is missing.
+pub(crate) fn optional_flag<'py>(
+    message: &Bound<'py, PyAny>,
+    key: &Bound<'py, PyString>,
+) -> PyResult<bool> {
+    optional_field(message, key)?.map_or(Ok(false), |value| value.is_truthy())
 }
 
 /// One response header: any two-item sequence (the spec's own examples use lists), but not

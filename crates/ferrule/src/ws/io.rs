@@ -23,7 +23,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use crate::bridge::{runtime, NativeFuture, ResumeVia};
-use crate::http::io::{client_gone, optional_field, parse_headers, plain_response, ResponseBody};
+use crate::http::io::{
+    client_gone, optional_field, optional_flag, parse_headers, plain_response, ResponseBody,
+};
 use crate::http::serve::ServerShared;
 
 /// Messages from the client waiting for the app's `receive()`; past this the socket is not read.
@@ -391,10 +393,7 @@ impl WsSend {
                         buffer.extend_from_slice(body.as_bytes());
                     }
                 }
-                let more = match optional_field(message, intern!(py, "more_body"))? {
-                    Some(more) => more.is_truthy()?,
-                    None => false,
-                };
+                let more = optional_flag(message, intern!(py, "more_body"))?;
                 if !more {
                     let (status, headers, body) = state.denial.take().expect("a denial started");
                     let mut response = Response::new(ResponseBody::full(Bytes::from(body)));
