@@ -26,7 +26,9 @@ use crate::ws;
 
 use super::callbacks::{on_app_done, AccessInfo};
 use super::heads::{RawHead, Recorder, RecordingIo};
-use super::io::{closing_response, plain_response, Exchange, Receive, ResponseBody, Send};
+use super::io::{
+    closing_response, plain_response, server_response, Exchange, Receive, ResponseBody, Send,
+};
 use super::proxy::TrustedProxies;
 use super::tls::{self, ClientCerts};
 use super::types::{build_scope, ConnInfo};
@@ -567,15 +569,8 @@ async fn handle(
 
 /// What the benchmark app's `/hello` answers, made without Python.
 fn rust_hello(shared: &ServerShared) -> Response<ResponseBody> {
-    let body = ResponseBody::full(bytes::Bytes::from_static(b"Hello, world!"));
-    let mut response = Response::new(body);
-    let headers = response.headers_mut();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain"),
-    );
-    shared.add_server_header(headers);
-    response
+    let body = bytes::Bytes::from_static(b"Hello, world!");
+    server_response(StatusCode::OK, "text/plain", body, shared)
 }
 
 /// The bridge's counters as a JSON object, made without Python (so reading them moves none).
@@ -588,14 +583,7 @@ fn bridge_stats(shared: &ServerShared) -> Response<ResponseBody> {
         .map(|(name, value)| format!("\"{name}\": {value}"))
         .collect();
     let body = format!("{{{}}}", fields.join(", "));
-    let mut response = Response::new(ResponseBody::full(bytes::Bytes::from(body)));
-    let headers = response.headers_mut();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    shared.add_server_header(headers);
-    response
+    server_response(StatusCode::OK, "application/json", body.into(), shared)
 }
 
 /// A request refused before the app sees it: headers over `MAX_HEAD_BYTES` in all (hyper
