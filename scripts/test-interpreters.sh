@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Run ferrule's whole test suite under CPython 3.13 and 3.14 in a Debian sid chroot.
 #
-# For each interpreter: a fresh venv in the chroot, `pip install '.[test]'` from a copy of the
-# checkout (a release build of the extension by maturin, plus pytest, uvloop, ...), then
-# `python -m pytest tests -q` (the suite runs every scenario on asyncio and on uvloop).
+# For each interpreter: a fresh venv in the chroot; `maturin build --release` of a copy of the
+# checkout; scripts/check_wheel.py installs that wheel alone into another fresh venv and serves
+# the example app from it; then the wheel with its test extras goes into the venv and
+# `python -m pytest tests -q` runs (the suite runs every scenario on asyncio and on uvloop).
 #
 # The chroot lives outside the checkout and is reused between runs; the cargo registry, the pip
 # cache and one cargo target dir per interpreter persist inside it. Needs root (debootstrap,
@@ -338,13 +339,21 @@ for v in "${PYTHONS[@]}"; do
     : >"$test_log"
     rm -f "$LOG_DIR/junit-py$v.xml"
 
-    # A fresh venv every run; pip builds the release wheel (maturin, in pip's isolated build
-    # env) into a target dir kept per interpreter, so dependencies compile only once.
-    if ! run_phase "py$v: venv + build + install '.[test]'" "$build_log" in_chroot "
-        rm -rf $venv
+    # A fresh venv every run. `maturin build --release` makes the wheel into a target dir kept
+    # per interpreter (so dependencies compile only once); check_wheel.py installs that wheel
+    # alone into another fresh venv and serves the example app from it; then the wheel goes into
+    # the test venv with its test extras.
+    wheels="/build/wheels-py$v"
+    if ! run_phase "py$v: venv + maturin build + check wheel + install" "$build_log" in_chroot "
+        rm -rf $venv $wheels
         python$v -m venv $venv
+        $venv/bin/python -m pip install 'maturin>=1.8,<2'
         cd $C_SRC
-        CARGO_TARGET_DIR=$C_CACHE/target-py$v $venv/bin/python -m pip install '.[test]'
+        CARGO_TARGET_DIR=$C_CACHE/target-py$v $venv/bin/maturin build --release \\
+            --interpreter $venv/bin/python --out $wheels
+        wheel=\$(ls $wheels/ferrule-*.whl)
+        python$v scripts/check_wheel.py \$wheel
+        $venv/bin/python -m pip install \"\$wheel[test]\"
         $venv/bin/python -c 'import sys, ferrule, uvloop; print(sys.version); print(\"ferrule\", ferrule.__file__); print(\"uvloop\", uvloop.__version__)'
     "; then
         RESULT[$v]="FAILED (build/install)"
