@@ -66,6 +66,9 @@ pub struct ServerShared {
     ws_max_size: Option<usize>,
     /// Becomes `Some(timeout)` when shutdown starts (WebSockets then close with 1012).
     pub stopping: watch::Receiver<Option<Option<Duration>>>,
+    /// WebSocket sessions whose app has not returned. Upgraded connections leave hyper's
+    /// graceful shutdown, so shutdown waits for this to reach 0 as well.
+    pub ws_sessions: watch::Sender<usize>,
 }
 
 /// The HTTP versions `--http` allows.
@@ -206,6 +209,7 @@ impl HttpServer {
             tls,
             ws_max_size: ws.then_some(ws_max_size),
             stopping: stop.subscribe(),
+            ws_sessions: watch::Sender::new(0),
         };
         Ok(Self {
             shared: Arc::new(shared),
@@ -358,12 +362,16 @@ async fn accept_loop(
     }
     drop(listener);
     let timeout = stop.borrow().flatten();
+    let mut ws_sessions = shared.ws_sessions.subscribe();
+    let drain = async {
+        graceful.shutdown().await;
+        // Each session has been sent 1012; its app returns once it hears the disconnect.
+        let _ = ws_sessions.wait_for(|open| *open == 0).await;
+    };
     let drained = match timeout {
-        Some(timeout) => tokio::time::timeout(timeout, graceful.shutdown())
-            .await
-            .is_ok(),
+        Some(timeout) => tokio::time::timeout(timeout, drain).await.is_ok(),
         None => {
-            graceful.shutdown().await;
+            drain.await;
             true
         }
     };

@@ -59,6 +59,8 @@ pub async fn upgrade(
     let (parts, _body) = request.into_parts();
     let (exchange, answer, ends) =
         WsExchange::new(shared.clone(), derive_accept_key(key.as_bytes()));
+    // Ended by `on_app_done`, which runs exactly once however the app ends.
+    shared.ws_sessions.send_modify(|open| *open += 1);
     Python::attach(|py| {
         if let Err(err) = start_app(py, &exchange, &parts, raw_head.as_ref(), &conn) {
             on_app_done(py, &exchange, Err(err));
@@ -145,6 +147,7 @@ fn websocket_scope<'py>(
 fn on_app_done(py: Python<'_>, exchange: &Arc<WsExchange>, result: PyResult<Py<PyAny>>) {
     let server = &exchange.server;
     server.request_finished();
+    server.ws_sessions.send_modify(|open| *open -= 1);
     exchange.finish_app(result.is_err());
     if let Err(error) = result {
         log_app_exception(py, server, error);
