@@ -21,8 +21,10 @@ benches/results/<timestamp>.{md,png}.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import shlex
@@ -45,6 +47,7 @@ from harness import (
     SERVER_CPU,
     SERVERS,
     SERVERS_BY_NAME,
+    STATS_PATH,
     H2loadResult,
     OhaResult,
     Scenario,
@@ -97,15 +100,39 @@ class Cell:
 
 
 RELAY_COUNTERS = ("gil_acquisitions", "handoffs", "wakes", "drives")
+# The per-request trace's histograms (`--trace`, ferrule's `--trace-requests`).
+TRACE_HISTOGRAMS = ("gil_wait", "first_drive", "resume_wait")
 
 
 def relay_per_request(before: dict | None, after: dict | None, requests: int) -> dict | None:
-    """Counter deltas per request between two readings of ferrule's bridge counters."""
+    """Counter deltas per request between two readings of ferrule's bridge counters, and with
+    `--trace` the p50/p99 in microseconds of each trace histogram between them."""
     if before is None or after is None or requests <= 0:
         return None
     relay = {name: (after[name] - before[name]) / requests for name in RELAY_COUNTERS}
     relay["collisions"] = after["collisions"] - before["collisions"]
+    if "trace" in before and "trace" in after:
+        bounds = after["trace"]["bucket_upper_ns"]
+        for name in TRACE_HISTOGRAMS:
+            pairs = zip(before["trace"][name], after["trace"][name], strict=True)
+            counts = [b - a for a, b in pairs]
+            for q in (50, 99):
+                relay[f"{name}_p{q}_us"] = histogram_percentile(bounds, counts, q / 100) / 1000
     return relay
+
+
+def histogram_percentile(bounds: list[int], counts: list[int], q: float) -> float:
+    """The upper bound (ns) of the bucket holding the q-quantile, or NaN with no counts. The
+    buckets are at most 12.5% wide, so this overstates by at most that much."""
+    total = sum(counts)
+    if not total:
+        return float("nan")
+    seen = 0
+    for bound, count in zip(bounds, counts, strict=True):
+        seen += count
+        if seen >= q * total:
+            return bound
+    return bounds[-1]
 
 
 class Progress:
@@ -473,31 +500,59 @@ def h2_method(names: str, args: argparse.Namespace) -> str:
 def relay_lines(cells: dict, servers: list[Server], scenarios: list[Scenario]) -> list[str]:
     """The GIL-relay table: ferrule's bridge counters per request over the measured repeats."""
     rows = []
+    traced = False
     for scenario in scenarios:
         for server in servers:
             cell = cells.get((server.name, scenario.name))
             if cell is None or cell.relay is None:
                 continue
             r = cell.relay
-            rows.append(
+            row = (
                 f"| {scenario.name} | {server.name} | {r['gil_acquisitions']:.2f}"
                 f" | {r['handoffs']:.2f} | {r['wakes']:.3f} | {r['drives']:.2f}"
                 f" | {r['collisions']:.0f} |"
             )
+            if "gil_wait_p50_us" in r:
+                traced = True
+                for name in TRACE_HISTOGRAMS:
+                    row += f" {fmt_us(r[f'{name}_p50_us'])} / {fmt_us(r[f'{name}_p99_us'])} |"
+            rows.append(row)
     if not rows:
         return []
+    header = "| scenario | server | GIL acquisitions | handoffs | wakes | drives | collisions |"
+    rule = "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+    if traced:
+        header += " GIL wait p50 / p99 us | parse to first drive p50 / p99 us |"
+        header += " resume wait p50 / p99 us |"
+        rule += " ---: | ---: | ---: |"
+        timings = (
+            " The trace (`--trace`, ferrule's `--trace-requests`): GIL wait is a tokio thread"
+            " asking for the GIL to start a request until it has it; parse to first drive is"
+            " hyper handing over the parsed head until the app's first step (GIL wait, scope,"
+            " calling the app and any handoff included); resume wait is a suspended coroutine"
+            " becoming resumable (a native future resolved, a drive queued for the loop thread,"
+            " a step rescheduled) until its next step (resp_wait). Percentiles are bucket upper"
+            " bounds, at most 12.5% high; - where nothing was recorded."
+        )
+    else:
+        timings = " Per-request timings: rerun with `--trace`."
     return [
         "",
         "GIL relay (ferrule's bridge counters, read from `--stats-route` before and after the"
         " repeats, per request as wrk counted them): GIL acquisitions (tokio thread attaching or"
         " loop-thread callback), handoffs of a drive to the loop thread, loop wake-ups, drives;"
-        " task collisions in all. Per-request timings (parse to first drive, resp_wait) are not"
-        " collected.",
+        " task collisions in all." + timings,
         "",
-        "| scenario | server | GIL acquisitions | handoffs | wakes | drives | collisions |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        header,
+        rule,
         *rows,
     ]
+
+
+def fmt_us(value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
 
 
 def rust_route_cell(cells: dict, scenario: str) -> str:
@@ -624,6 +679,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--no-ceiling", action="store_true", help="skip the Python-only ceiling")
     p.add_argument(
+        "--trace",
+        action="store_true",
+        help="ferrule with --trace-requests: p50/p99 of GIL wait, first drive, resume wait",
+    )
+    p.add_argument(
         "--quick",
         action="store_true",
         help="smoke run: 1 repeat of 1 s, no warm-up, no open loop (about a minute)",
@@ -656,6 +716,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     scenarios = pick(args.scenarios, SCENARIOS_BY_NAME, "scenario")
     servers = pick(args.servers, SERVERS_BY_NAME, "server")
+    if args.trace:
+        servers = [
+            dataclasses.replace(s, command=s.command + " --trace-requests")
+            if STATS_PATH in s.command
+            else s
+            for s in servers
+        ]
     scenarios, skipped = drop_h2_without_h2load(scenarios)
     harness.ferrule_path = args.ferrule_path
     build = harness.ferrule_build()

@@ -336,3 +336,42 @@ def test_benchmark_routes_are_answered_without_the_app() -> None:
         assert sorted(first) == sorted(ferrule.COUNTERS)
         assert first["spawned"] >= 5 and first["collisions"] == 0, first
         assert second["spawned"] == first["spawned"], (first, second)
+
+
+def _histogram_count(trace: dict[str, list[int]], name: str) -> int:
+    assert len(trace[name]) == len(trace["bucket_upper_ns"]), trace
+    return sum(trace[name])
+
+
+def test_trace_requests_adds_latency_histograms_to_the_stats_route() -> None:
+    """Rule: with ``--trace-requests`` the stats JSON gains ``trace``: cumulative histograms of
+    ``gil_wait`` and ``first_drive`` (one entry per request handed to the app) and
+    ``resume_wait`` (a coroutine resumed after a suspension: here a request body that arrives
+    100 ms after its head, so the app's ``receive()`` suspends on a native future); without the
+    flag there is no ``trace``. Seen failing: before the trace was built (no ``trace`` key), and
+    with the resume mark left out of ``NativeFuture::resolve`` (``resume_wait`` did not move for
+    the late body)."""
+    with running_server("body_app:app", "--stats-route", "/s") as srv:
+        assert "trace" not in srv.get("/s").json()
+    traced = ("--stats-route", "/s", "--trace-requests", "--loop", "asyncio")
+    with running_server("body_app:app", *traced) as srv:
+        before = srv.get("/s").json()["trace"]
+        with srv.client() as client:
+            for _ in range(5):
+                assert client.post("/echo", content=b"x").status_code == 200
+        middle = srv.get("/s").json()["trace"]
+        with srv.raw() as conn:
+            conn.send(b"POST /first-chunk HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\n")
+            time.sleep(0.1)
+            conn.send(b"hello")
+            head = conn.read_until(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200"), head
+        after = srv.get("/s").json()["trace"]
+    bounds = after["bucket_upper_ns"]
+    assert bounds == sorted(bounds) and bounds[0] > 0, bounds
+    for name in ("gil_wait", "first_drive"):
+        assert _histogram_count(after, name) - _histogram_count(before, name) == 6, (name, after)
+    # The late body's resume. On asyncio with the loop idle a tokio thread drives it at once, so
+    # only the mark the resolved future leaves records it (uvloop would hand it over, and the
+    # handoff leaves a mark of its own).
+    assert _histogram_count(after, "resume_wait") > _histogram_count(middle, "resume_wait")

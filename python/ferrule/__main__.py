@@ -70,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rust-hello-route", default=None, metavar="PATH", help=argparse.SUPPRESS)
     # The benchmark's GIL-relay figures: PATH answers the bridge counters as JSON, from Rust.
     p.add_argument("--stats-route", default=None, metavar="PATH", help=argparse.SUPPRESS)
+    # ... and, with it, the per-request trace's latency histograms (gil_wait, first_drive,
+    # resume_wait): a clock read per event, so off unless asked for.
+    p.add_argument("--trace-requests", action="store_true", help=argparse.SUPPRESS)
     return p
 
 

@@ -28,6 +28,7 @@ class Bridge:
         *,
         budget: int = 128,
         worker_threads: int = 1,
+        trace: bool = False,
     ) -> None: ...
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
@@ -54,6 +55,10 @@ class Bridge:
         """A native awaitable that is already resolved with ``value``."""
     def counters(self) -> dict[str, int]:
         """A snapshot of every counter the bridge keeps (see ``COUNTERS``)."""
+    def trace(self) -> dict[str, list[int]] | None:
+        """The per-request trace (``trace=True``): cumulative bucket counts of the ``gil_wait``,
+        ``first_drive`` and ``resume_wait`` latency histograms, and each bucket's upper bound in
+        nanoseconds (``bucket_upper_ns``). None when the bridge was made without it."""
     def reset_counters(self) -> None: ...
     def close(self) -> None:
         """Unhook the bridge from the loop and stop its tokio runtime. Idempotent."""

@@ -47,6 +47,7 @@ class Config:
     forwarded_allow_ips: str | list[str] | None = None
     rust_hello_route: str | None = None
     stats_route: str | None = None
+    trace_requests: bool = False
     http: Literal["auto", "1", "2"] = "auto"
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None

@@ -83,7 +83,7 @@ async def _serve(
 ) -> int:
     global _serving_bridge
     loop = asyncio.get_running_loop()
-    bridge = _serving_bridge = Bridge(loop, budget=config.budget)
+    bridge = _serving_bridge = Bridge(loop, budget=config.budget, trace=config.trace_requests)
     try:
         lifespan = Lifespan(app, config.lifespan)
         try:
@@ -280,4 +280,6 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
         args += ["--rust-hello-route", config.rust_hello_route]
     if config.stats_route is not None:
         args += ["--stats-route", config.stats_route]
+    if config.trace_requests:
+        args.append("--trace-requests")
     return args

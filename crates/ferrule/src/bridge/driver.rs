@@ -43,6 +43,15 @@ pub fn drive(py: Python<'_>, job: &Bound<'_, Job>, resume: Resume, place: Place)
     let shared = &this.shared;
     bump(&shared.counters.drives);
     let first_drive = this.drive_count() == 1;
+    let trace = &shared.trace;
+    if trace.enabled() {
+        let waited = if first_drive {
+            &trace.first_drive
+        } else {
+            &trace.resume_wait
+        };
+        trace.record_since(waited, this.take_resumable_mark());
+    }
     let (end, steps) = match Job::task(job) {
         Ok(task) => run_steps(py, job, &task, resume, place),
         Err(err) => (Step::Finished(Err(err)), 0),

@@ -1,7 +1,7 @@
 //! `Job`: one coroutine handed to the bridge, with everything needed to drive it from any thread:
 //! its copied context, its task identity, what it waits on, and where its result goes.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pyo3::intern;
@@ -54,6 +54,8 @@ pub struct Job {
     /// when the job finishes.
     task: Mutex<Option<TaskSlot>>,
     pub(crate) drives: AtomicU32,
+    /// Trace mark (see `trace`) of when the coroutine last became ready to go on; 0 for none.
+    resumable_since: AtomicU64,
     state: Mutex<JobState>,
 }
 
@@ -77,6 +79,7 @@ impl Job {
             context: ffi::copy_current_context(py)?.unbind(),
             task: Mutex::new(None),
             drives: AtomicU32::new(0),
+            resumable_since: AtomicU64::new(0),
             state: Mutex::new(JobState {
                 waiting: Waiting::Nothing,
                 must_cancel: None,
@@ -287,6 +290,24 @@ fn deliver_to_future(
 impl Job {
     pub fn drive_count(&self) -> u32 {
         self.drives.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Notes `mark` as when the coroutine became ready to go on, unless a mark is pending: a
+    /// resume that passes through several queues is timed from the first.
+    pub fn mark_resumable(&self, mark: u64) {
+        if mark != 0 {
+            let _ = self.resumable_since.compare_exchange(
+                0,
+                mark,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Takes the pending mark (0 if none).
+    pub fn take_resumable_mark(&self) -> u64 {
+        self.resumable_since.swap(0, Ordering::Relaxed)
     }
 }
 

@@ -21,6 +21,7 @@ mod job;
 mod native;
 mod queue;
 pub mod runtime;
+pub mod trace;
 mod waker;
 
 use std::cell::Cell;
@@ -47,6 +48,7 @@ use self::native::context_kwargs;
 pub use self::native::NativeFuture;
 pub use self::native::ResumeVia;
 use self::queue::ReadyQueue;
+use self::trace::Trace;
 use self::waker::{DrainOnLoop, LoopWaker};
 
 /// How tokio threads get the right to drive, chosen from the loop.
@@ -87,6 +89,7 @@ pub struct Shared {
     pub(crate) gate: LoopGate,
     pub(crate) waker: LoopWaker,
     pub counters: Counters,
+    pub trace: Trace,
     jobs: Mutex<HashMap<u64, Py<Job>>>,
     next_id: AtomicU64,
     pub handle: tokio::runtime::Handle,
@@ -105,14 +108,17 @@ impl Shared {
     }
 
     /// Makes `coro` a job whose result goes to `completion`, and gives it its first drive on
-    /// this (tokio) thread: how the server starts every app coroutine.
+    /// this (tokio) thread: how the server starts every app coroutine. `received` is the trace
+    /// mark of the request's arrival (0 when not traced): its first drive records the wait.
     pub fn start_on_tokio(
         self: &Arc<Self>,
         py: Python<'_>,
         coro: &Bound<'_, PyAny>,
         completion: Completion,
+        received: u64,
     ) -> PyResult<()> {
         let job = Bound::new(py, Job::new(py, self, coro, completion)?)?;
+        job.get().mark_resumable(received);
         self.remember_job(&job);
         self.drive_from_tokio(py, &job, Resume::Send(py.None()));
         Ok(())
@@ -177,12 +183,14 @@ impl Shared {
     /// Queues a drive for the loop thread and wakes it.
     fn handoff(&self, job: Py<Job>, resume: Resume) {
         bump(&self.counters.handoffs);
+        job.get().mark_resumable(self.trace.mark());
         self.queue.push(job, resume);
         self.wake();
     }
 
     /// On the loop thread: run the job's next step in a later loop iteration.
     fn resume_soon_on_loop(&self, py: Python<'_>, job: Py<Job>, resume: Resume) -> PyResult<()> {
+        job.get().mark_resumable(self.trace.mark());
         let callback = Py::new(py, ResumeCallback::with_resume(job, resume))?;
         self.api.call_soon.bind(py).call1((callback,))?;
         Ok(())
@@ -284,6 +292,7 @@ impl Shared {
     fn drive_on_loop(&self, py: Python<'_>, job: &Bound<'_, Job>, resume: Resume) {
         if self.queue.tokio_driving() {
             bump(&self.counters.deferred_resumes);
+            job.get().mark_resumable(self.trace.mark());
             self.queue.push(job.clone().unbind(), resume);
             return;
         }
@@ -382,12 +391,13 @@ impl Bridge {
 #[pymethods]
 impl Bridge {
     #[new]
-    #[pyo3(signature = (event_loop, *, budget=128, worker_threads=1))]
+    #[pyo3(signature = (event_loop, *, budget=128, worker_threads=1, trace=false))]
     fn new(
         py: Python<'_>,
         event_loop: Bound<'_, PyAny>,
         budget: u32,
         worker_threads: usize,
+        trace: bool,
     ) -> PyResult<Self> {
         if budget == 0 {
             return Err(PyValueError::new_err("budget must be at least 1"));
@@ -426,6 +436,7 @@ impl Bridge {
             gate: LoopGate::default(),
             waker,
             counters: Counters::default(),
+            trace: Trace::new(trace),
             jobs: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             handle: runtime.handle().clone(),
@@ -542,6 +553,22 @@ impl Bridge {
             counters.set_item(name, value)?;
         }
         Ok(counters)
+    }
+
+    /// The trace's histograms (bucket counts by name, and the buckets' upper bounds in ns), or
+    /// None when the bridge was made without `trace=True`.
+    fn trace<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let trace = &self.shared.trace;
+        if !trace.enabled() {
+            return Ok(None);
+        }
+        let histograms = PyDict::new(py);
+        let bounds: Vec<u64> = (0..trace::BUCKETS).map(trace::bucket_upper_bound).collect();
+        histograms.set_item("bucket_upper_ns", bounds)?;
+        for (name, counts) in trace.snapshot() {
+            histograms.set_item(name, counts)?;
+        }
+        Ok(Some(histograms))
     }
 
     fn reset_counters(&self) {

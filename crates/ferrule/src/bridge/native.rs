@@ -105,6 +105,7 @@ impl NativeFuture {
             Waiter::Job(job) => {
                 let resume = Resume::Send(py.None());
                 job.get().clear_waiting();
+                job.get().mark_resumable(shared.trace.mark());
                 match via {
                     ResumeVia::DriveNow => shared.drive_from_tokio(py, job.bind(py), resume),
                     ResumeVia::Schedule => shared.resume_later(py, job, resume)?,

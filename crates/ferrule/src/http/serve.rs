@@ -21,7 +21,7 @@ use pyo3::types::{PyBytes, PyDict, PyString};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::bridge::{self, Bridge, Completion, NativeFuture, ResumeVia};
+use crate::bridge::{self, trace, Bridge, Completion, NativeFuture, ResumeVia};
 use crate::ws;
 
 use super::callbacks::{on_app_done, AccessInfo};
@@ -519,6 +519,7 @@ async fn handle(
     conn: Arc<ConnInfo>,
     shared: Arc<ServerShared>,
 ) -> Result<Response<ResponseBody>, Infallible> {
+    let received = shared.bridge.trace.mark();
     // Taken first, whatever happens to the request, to stay in step with hyper's order.
     let raw_head = conn.heads.take();
     let previous = shared.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -560,9 +561,12 @@ async fn handle(
         .then(|| AccessInfo::new(&parts, &conn));
     let mut guard = DisconnectOnDrop(Some(exchange.clone()));
     let mut access = access;
+    let asked_for_gil = shared.bridge.trace.mark();
     Python::attach(|py| {
+        let trace = &shared.bridge.trace;
+        trace.record_since(&trace.gil_wait, asked_for_gil);
         let head = (&parts, raw_head.as_ref());
-        if let Err(err) = start_app(py, &exchange, head, &conn, &mut access) {
+        if let Err(err) = start_app(py, &exchange, head, &conn, &mut access, received) {
             // Calling the app raised before there was a coroutine (say, a sync callable):
             // the same 500 and logged traceback as an exception inside it.
             on_app_done(py, &exchange, access.as_ref(), Err(err));
@@ -583,13 +587,26 @@ fn rust_hello(shared: &ServerShared) -> Response<ResponseBody> {
 
 /// The bridge's counters as a JSON object, made without Python (so reading them moves none).
 fn bridge_stats(shared: &ServerShared) -> Response<ResponseBody> {
-    let fields: Vec<String> = shared
+    let mut fields: Vec<String> = shared
         .bridge
         .counters
         .snapshot()
         .into_iter()
         .map(|(name, value)| format!("\"{name}\": {value}"))
         .collect();
+    let trace = &shared.bridge.trace;
+    if trace.enabled() {
+        let list = |values: Vec<u64>| {
+            let items: Vec<String> = values.iter().map(u64::to_string).collect();
+            format!("[{}]", items.join(","))
+        };
+        let bounds = (0..trace::BUCKETS).map(trace::bucket_upper_bound).collect();
+        let mut histograms = vec![format!("\"bucket_upper_ns\": {}", list(bounds))];
+        for (name, counts) in trace.snapshot() {
+            histograms.push(format!("\"{name}\": {}", list(counts)));
+        }
+        fields.push(format!("\"trace\": {{{}}}", histograms.join(", ")));
+    }
     let body = format!("{{{}}}", fields.join(", "));
     server_response(StatusCode::OK, "application/json", body.into(), shared)
 }
@@ -649,6 +666,7 @@ fn start_app(
     head: (&http::request::Parts, Option<&RawHead>),
     conn: &ConnInfo,
     access: &mut Option<AccessInfo>,
+    received: u64,
 ) -> PyResult<()> {
     let shared = &exchange.server;
     let coro = call_app(py, exchange, head, conn)?;
@@ -659,7 +677,9 @@ fn start_app(
     let completion = Completion::Callback(Box::new(move |py, result| {
         on_app_done(py, &finishing, access.as_ref(), result)
     }));
-    shared.bridge.start_on_tokio(py, &coro, completion)
+    shared
+        .bridge
+        .start_on_tokio(py, &coro, completion, received)
 }
 
 /// `app(scope, receive, send)`: the coroutine to drive.

@@ -106,7 +106,8 @@ fn start_app(
     let completion = Completion::Callback(Box::new(move |py, result| {
         on_app_done(py, &finishing, result)
     }));
-    shared.bridge.start_on_tokio(py, &coro, completion)
+    // WebSocket sessions are not traced: the trace times requests.
+    shared.bridge.start_on_tokio(py, &coro, completion, 0)
 }
 
 /// The HTTP scope of the upgrade request, made a `websocket` one (ASGI websocket spec 2.4).
