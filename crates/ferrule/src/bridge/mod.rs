@@ -47,6 +47,7 @@ pub use self::job::{Completion, Job, Resume};
 use self::native::context_kwargs;
 pub use self::native::NativeFuture;
 pub use self::native::ResumeVia;
+pub use self::queue::LoopStart;
 use self::queue::ReadyQueue;
 use self::trace::Trace;
 use self::waker::{DrainOnLoop, LoopWaker};
@@ -108,9 +109,10 @@ impl Shared {
     }
 
     /// Makes `coro` a job whose result goes to `completion`, and gives it its first drive on
-    /// this (tokio) thread: how the server starts every app coroutine. `received` is the trace
-    /// mark of the request's arrival (0 when not traced): its first drive records the wait.
-    pub fn start_on_tokio(
+    /// this thread: how the server starts every app coroutine, on a tokio thread or (see
+    /// `start_on_loop`) on the loop thread. `received` is the trace mark of the request's
+    /// arrival (0 when not traced): its first drive records the wait.
+    pub fn start(
         self: &Arc<Self>,
         py: Python<'_>,
         coro: &Bound<'_, PyAny>,
@@ -120,8 +122,26 @@ impl Shared {
         let job = Bound::new(py, Job::new(py, self, coro, completion)?)?;
         job.get().mark_resumable(received);
         self.remember_job(&job);
-        self.drive_from_tokio(py, &job, Resume::Send(py.None()));
+        if self.on_loop_thread() {
+            self.drive_on_loop(py, &job, Resume::Send(py.None()));
+        } else {
+            self.drive_from_tokio(py, &job, Resume::Send(py.None()));
+        }
         Ok(())
+    }
+
+    /// Where a request's Python work should start. In loop-only mode every drive happens on the
+    /// loop thread anyway, so a tokio thread taking the GIL to build the scope and call the
+    /// app would only add a GIL handoff per request: it queues the whole start instead.
+    pub fn starts_on_loop(&self) -> bool {
+        self.mode == Mode::LoopOnly
+    }
+
+    /// Runs `start` on the loop thread, in the next drain, with the GIL (for `starts_on_loop`).
+    pub fn start_on_loop(&self, start: LoopStart) {
+        bump(&self.counters.handoffs);
+        self.queue.push_start(start);
+        self.wake();
     }
 
     pub(crate) fn remember_job(&self, job: &Bound<'_, Job>) {

@@ -14,9 +14,13 @@ use pyo3::prelude::*;
 
 use super::job::{Job, Resume};
 
+/// Python work that must begin on the loop thread: a request's app call in loop-only mode.
+pub type LoopStart = Box<dyn FnOnce(Python<'_>) + Send>;
+
 #[derive(Default)]
 pub struct ReadyQueue {
     items: Mutex<VecDeque<(Py<Job>, Resume)>>,
+    starts: Mutex<Vec<LoopStart>>,
     tokio_driving: AtomicBool,
     /// Signalled when `tokio_driving` is cleared, for a loop thread waiting to leave `select`.
     drive_done: (Mutex<()>, Condvar),
@@ -32,8 +36,17 @@ impl ReadyQueue {
         std::mem::take(&mut *self.items.lock().unwrap())
     }
 
+    pub fn push_start(&self, start: LoopStart) {
+        self.starts.lock().unwrap().push(start);
+    }
+
+    /// Every start queued now, oldest first.
+    pub fn take_starts(&self) -> Vec<LoopStart> {
+        std::mem::take(&mut *self.starts.lock().unwrap())
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.items.lock().unwrap().is_empty()
+        self.items.lock().unwrap().is_empty() && self.starts.lock().unwrap().is_empty()
     }
 
     pub fn tokio_driving(&self) -> bool {

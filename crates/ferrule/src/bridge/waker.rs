@@ -66,9 +66,14 @@ impl DrainOnLoop {
             // The tokio thread wakes the loop again after its drive if the queue is not empty.
             return;
         }
+        // Resumes of coroutines already running go before new requests.
         for (job, resume) in shared.queue.take_all() {
             bump(&shared.counters.gil_acquisitions);
             drive(py, job.bind(py), resume, Place::Loop);
+        }
+        for start in shared.queue.take_starts() {
+            bump(&shared.counters.gil_acquisitions);
+            start(py);
         }
     }
 }

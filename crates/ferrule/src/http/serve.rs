@@ -561,17 +561,29 @@ async fn handle(
         .then(|| AccessInfo::new(&parts, &conn));
     let mut guard = DisconnectOnDrop(Some(exchange.clone()));
     let mut access = access;
-    let asked_for_gil = shared.bridge.trace.mark();
-    Python::attach(|py| {
-        let trace = &shared.bridge.trace;
-        trace.record_since(&trace.gil_wait, asked_for_gil);
-        let head = (&parts, raw_head.as_ref());
-        if let Err(err) = start_app(py, &exchange, head, &conn, &mut access, received) {
-            // Calling the app raised before there was a coroutine (say, a sync callable):
-            // the same 500 and logged traceback as an exception inside it.
-            on_app_done(py, &exchange, access.as_ref(), Err(err));
+    let mut begin = {
+        let exchange = exchange.clone();
+        move |py: Python<'_>| {
+            let head = (&parts, raw_head.as_ref());
+            if let Err(err) = start_app(py, &exchange, head, &conn, &mut access, received) {
+                // Calling the app raised before there was a coroutine (say, a sync callable):
+                // the same 500 and logged traceback as an exception inside it.
+                on_app_done(py, &exchange, access.as_ref(), Err(err));
+            }
         }
-    });
+    };
+    let bridge = &shared.bridge;
+    if bridge.starts_on_loop() {
+        bridge.start_on_loop(Box::new(begin));
+    } else {
+        let asked_for_gil = bridge.trace.mark();
+        Python::attach(|py| {
+            bridge
+                .trace
+                .record_since(&bridge.trace.gil_wait, asked_for_gil);
+            begin(py);
+        });
+    }
     let response = head_rx
         .await
         .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &shared));
@@ -677,9 +689,7 @@ fn start_app(
     let completion = Completion::Callback(Box::new(move |py, result| {
         on_app_done(py, &finishing, access.as_ref(), result)
     }));
-    shared
-        .bridge
-        .start_on_tokio(py, &coro, completion, received)
+    shared.bridge.start(py, &coro, completion, received)
 }
 
 /// `app(scope, receive, send)`: the coroutine to drive.

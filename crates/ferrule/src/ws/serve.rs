@@ -107,7 +107,7 @@ fn start_app(
         on_app_done(py, &finishing, result)
     }));
     // WebSocket sessions are not traced: the trace times requests.
-    shared.bridge.start_on_tokio(py, &coro, completion, 0)
+    shared.bridge.start(py, &coro, completion, 0)
 }
 
 /// The HTTP scope of the upgrade request, made a `websocket` one (ASGI websocket spec 2.4).
