@@ -381,7 +381,7 @@ pub struct Send {
 
 #[pymethods]
 impl Send {
-    fn __call__(&self, py: Python<'_>, message: Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
+    fn __call__(&self, py: Python<'_>, message: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let kind = message.get_item(intern!(py, "type"))?;
         let kind = kind
             .cast::<pyo3::types::PyString>()
@@ -399,11 +399,11 @@ impl Send {
 }
 
 impl Send {
-    fn done(&self, py: Python<'_>) -> Py<NativeFuture> {
+    fn done(&self, py: Python<'_>) -> Py<PyAny> {
         self.exchange.server.done_future.clone_ref(py)
     }
 
-    fn start(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
+    fn start(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let status: u16 = message
             .get_item(intern!(py, "status"))?
             .extract()
@@ -434,7 +434,7 @@ impl Send {
     /// `http.response.trailers`, after the last body message of a response started with
     /// `trailers: True`; sent once `more_trailers` is false (HTTP/2, or HTTP/1.1 chunked to a
     /// client that sent `TE: trailers`; hyper drops them otherwise).
-    fn trailers(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
+    fn trailers(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let headers = parse_headers(py, message)?;
         let more = optional_flag(message, intern!(py, "more_trailers"))?;
         let exchange = &self.exchange;
@@ -463,7 +463,7 @@ impl Send {
 
     /// `http.response.pathsend`: the server sends the file at `path` as the whole body (with a
     /// Content-Length unless the app gave one), read by a tokio task, never by Python.
-    fn pathsend(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
+    fn pathsend(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let path: std::path::PathBuf = message.get_item(intern!(py, "path"))?.extract()?;
         let file = std::fs::File::open(&path)?;
         let length = file.metadata()?.len();
@@ -513,7 +513,7 @@ impl Send {
         Ok(self.done(py))
     }
 
-    fn body(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
+    fn body(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let body = match optional_field(message, intern!(py, "body"))? {
             Some(body) => Bytes::copy_from_slice(
                 body.cast::<PyBytes>()
@@ -593,7 +593,7 @@ impl Send {
                                 NativeFuture::settle(resolving.bind(py), result, ResumeVia::DriveNow);
                             });
                         })?;
-                        Ok(future)
+                        Ok(future.into_any())
                     }
                 }
             }

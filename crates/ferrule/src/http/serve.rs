@@ -44,8 +44,8 @@ pub struct ServerShared {
     pub proxies: TrustedProxies,
     /// `logging.getLogger("ferrule.access")` when access logging is on and INFO is enabled.
     pub access_logger: Option<Py<PyAny>>,
-    /// A resolved `NativeFuture` every non-blocking `send()` returns (awaiting it never waits).
-    pub done_future: Py<NativeFuture>,
+    /// A done asyncio future every non-blocking `send()` returns (awaiting it never waits).
+    pub done_future: Py<PyAny>,
     limit_concurrency: Option<usize>,
     /// Largest request body accepted, in bytes: past it the client gets 413.
     pub limit_request_body: Option<u64>,
@@ -187,7 +187,12 @@ impl HttpServer {
         let keep_alive = Duration::try_from_secs_f64(timeout_keep_alive)
             .map_err(|_| PyValueError::new_err("timeout_keep_alive must be a number >= 0"))?;
         let bridge = bridge.shared().clone();
-        let done_future = Py::new(py, NativeFuture::resolved(bridge.clone(), py.None()))?;
+        // An asyncio future, not a resolved `NativeFuture`: awaiting a done asyncio future
+        // takes CPython's `am_send` path and raises no StopIteration (85 ns against 355 ns per
+        // await, measured here), and `send()` is awaited several times per request.
+        let done_future = bridge.event_loop.bind(py).call_method0("create_future")?;
+        done_future.call_method1("set_result", (py.None(),))?;
+        let done_future = done_future.unbind();
         let shared = ServerShared {
             bridge,
             app,

@@ -260,7 +260,7 @@ pub struct WsSend {
 
 #[pymethods]
 impl WsSend {
-    fn __call__(&self, py: Python<'_>, message: Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
+    fn __call__(&self, py: Python<'_>, message: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let kind = message.get_item(intern!(py, "type"))?;
         let kind = kind
             .cast::<PyString>()
@@ -326,11 +326,11 @@ fn frame_of(py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Message> {
 }
 
 impl WsSend {
-    fn done(&self, py: Python<'_>) -> Py<NativeFuture> {
+    fn done(&self, py: Python<'_>) -> Py<PyAny> {
         self.exchange.server.done_future.clone_ref(py)
     }
 
-    fn accept(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<NativeFuture>> {
+    fn accept(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let subprotocol: Option<String> = match optional_field(message, intern!(py, "subprotocol"))?
         {
             Some(value) if !value.is_none() => Some(value.extract()?),
@@ -366,12 +366,7 @@ impl WsSend {
     }
 
     /// The denial-response extension: an HTTP response instead of the WebSocket.
-    fn deny(
-        &self,
-        py: Python<'_>,
-        kind: &str,
-        message: &Bound<'_, PyAny>,
-    ) -> PyResult<Py<NativeFuture>> {
+    fn deny(&self, py: Python<'_>, kind: &str, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let mut state = self.exchange.state.lock().unwrap();
         match (kind, state.phase) {
             ("websocket.http.response.start", Phase::Connecting) => {
@@ -416,7 +411,7 @@ impl WsSend {
     }
 
     /// Queues a frame for the socket; a full queue suspends the caller on a native future.
-    fn push(&self, py: Python<'_>, frame: Message, closing: bool) -> PyResult<Py<NativeFuture>> {
+    fn push(&self, py: Python<'_>, frame: Message, closing: bool) -> PyResult<Py<PyAny>> {
         let tx = {
             let mut state = self.exchange.state.lock().unwrap();
             match state.phase {
@@ -452,7 +447,7 @@ impl WsSend {
                         NativeFuture::settle(resolving.bind(py), result, ResumeVia::DriveNow);
                     });
                 })?;
-                Ok(future)
+                Ok(future.into_any())
             }
         }
     }
