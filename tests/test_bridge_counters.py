@@ -214,3 +214,40 @@ def test_resume_by_pending_asyncio_future_costs_two_gil_acquisitions() -> None:
     assert delta["inline_completions"] == 0, delta
     assert delta["drives"] == 2, delta
     assert delta["gil_acquisitions"] == 2, delta
+
+
+def test_trace_records_native_resumes_only_when_enabled(loop_kind) -> None:
+    """``Bridge(loop, trace=True).trace()`` returns the histograms (one count per bucket of
+    ``bucket_upper_ns``): a coroutine suspended on ``bridge.sleep`` records its resume in
+    ``resume_wait``, and no wait is over the 5 s this test allows. Without ``trace=True`` it
+    returns None. Seen failing: with the resume mark left out of ``NativeFuture::resolve`` on
+    asyncio, where a tokio thread drives the resume at once (``resume_wait`` stayed empty)."""
+
+    async def sleeper(bridge: ferrule.Bridge) -> None:
+        await bridge.sleep(0.01)
+
+    async def main() -> tuple[dict | None, dict | None]:
+        loop = asyncio.get_running_loop()
+        plain = ferrule.Bridge(loop)
+        traced = ferrule.Bridge(loop, trace=True)
+        try:
+            await gather_bounded([traced.spawn(sleeper(traced)) for _ in range(10)])
+            return plain.trace(), traced.trace()
+        finally:
+            plain.close()
+            traced.close()
+
+    if loop_kind == "uvloop":
+        import uvloop
+
+        plain, trace = uvloop.run(main())
+    else:
+        plain, trace = asyncio.run(main())
+    assert plain is None
+    assert trace is not None
+    bounds = trace["bucket_upper_ns"]
+    for name in ("gil_wait", "first_drive", "resume_wait"):
+        assert len(trace[name]) == len(bounds), name
+    assert sum(trace["resume_wait"]) == 10, trace["resume_wait"]
+    longest = max(b for b, n in zip(bounds, trace["resume_wait"], strict=True) if n)
+    assert longest < 5e9

@@ -583,8 +583,7 @@ impl Bridge {
             return Ok(None);
         }
         let histograms = PyDict::new(py);
-        let bounds: Vec<u64> = (0..trace::BUCKETS).map(trace::bucket_upper_bound).collect();
-        histograms.set_item("bucket_upper_ns", bounds)?;
+        histograms.set_item("bucket_upper_ns", trace::bucket_upper_bounds())?;
         for (name, counts) in trace.snapshot() {
             histograms.set_item(name, counts)?;
         }

@@ -56,6 +56,11 @@ pub fn bucket_upper_bound(index: usize) -> u64 {
     ((SUB_BUCKETS + sub + 1) << (exp - SUB_BITS)) - 1
 }
 
+/// Every bucket's upper bound, in bucket order: what readers of a snapshot need to read it.
+pub fn bucket_upper_bounds() -> Vec<u64> {
+    (0..BUCKETS).map(bucket_upper_bound).collect()
+}
+
 /// Counts of waits by log-spaced bucket.
 pub struct Histogram {
     buckets: [AtomicU64; BUCKETS],

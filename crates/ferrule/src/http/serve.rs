@@ -617,7 +617,7 @@ fn bridge_stats(shared: &ServerShared) -> Response<ResponseBody> {
             let items: Vec<String> = values.iter().map(u64::to_string).collect();
             format!("[{}]", items.join(","))
         };
-        let bounds = (0..trace::BUCKETS).map(trace::bucket_upper_bound).collect();
+        let bounds = trace::bucket_upper_bounds();
         let mut histograms = vec![format!("\"bucket_upper_ns\": {}", list(bounds))];
         for (name, counts) in trace.snapshot() {
             histograms.push(format!("\"{name}\": {}", list(counts)));
