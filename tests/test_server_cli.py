@@ -3,6 +3,7 @@ messages, logging (``hello_app`` unless said otherwise)."""
 
 from __future__ import annotations
 
+import platform
 import re
 import signal
 import socket
@@ -48,6 +49,9 @@ OPTIONS = [
     "--proxy-headers",
     "--no-proxy-headers",
     "--forwarded-allow-ips",
+    "--server-header",
+    "--no-server-header",
+    "--version",
 ]
 
 
@@ -375,3 +379,29 @@ def test_trace_requests_adds_latency_histograms_to_the_stats_route() -> None:
     # only the mark the resolved future leaves records it (uvloop would hand it over, and the
     # handoff leaves a mark of its own).
     assert _histogram_count(after, "resume_wait") > _histogram_count(middle, "resume_wait")
+
+
+def test_version_prints_ferrule_python_and_platform() -> None:
+    """Rule: ``--version`` prints one line, uvicorn's shape ("ferrule 0.1.0 with CPython 3.11.7
+    on Linux"), and exits 0 without an app. Broken: argparse's "the following arguments are
+    required: app" (exit 2), which is what it gave before the option existed."""
+    result = run_to_exit(ferrule_command("--version"))
+    assert result.returncode == 0, result.describe()
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    expected = f"ferrule {ferrule.__version__} with {python} on {platform.system()}"
+    assert result.stdout.strip() == expected, result.describe()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_server_header_is_sent_unless_turned_off(workers: str) -> None:
+    """Rule: every response carries ``server: ferrule`` by default (as uvicorn sends its own
+    name), and ``--no-server-header`` leaves it out, in worker processes too. Broken: the
+    option is unknown (exit 2), or the header is still sent (the value not passed to the
+    server, or not to the workers)."""
+    with running_server("hello_app:app", "--workers", workers) as srv:
+        assert srv.get("/").headers.get("server") == "ferrule"
+    with running_server("hello_app:app", "--workers", workers, "--no-server-header") as srv:
+        for _ in range(4):  # several connections, so more than one worker answers
+            response = srv.get("/")
+            assert response.status_code == 200
+            assert "server" not in response.headers, response.headers

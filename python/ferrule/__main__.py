@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import platform
 import sys
 
 from ferrule.config import LOG_LEVELS
+
+
+def version_line() -> str:
+    """What ``--version`` prints, in uvicorn's shape."""
+    from ferrule import __version__
+
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    return f"ferrule {__version__} with {python} on {platform.system()}"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -13,6 +22,7 @@ def parser() -> argparse.ArgumentParser:
         prog="ferrule", description="Serve an ASGI app with ferrule (a Rust-driven ASGI server)."
     )
     p.add_argument("app", help='the ASGI app as "module:attribute"')
+    p.add_argument("--version", action="version", version=version_line())
     p.add_argument("--host", default="127.0.0.1", help="bind to this host (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="bind to this port (0: any free one)")
     p.add_argument("--uds", help="bind to this Unix domain socket instead")
@@ -39,6 +49,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", choices=list(LOG_LEVELS), default="info")
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--proxy-headers", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--server-header",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="send 'server: ferrule' with every response (default: on)",
+    )
     p.add_argument("--forwarded-allow-ips", default=None)
     p.add_argument(
         "--http",

@@ -44,6 +44,7 @@ class Config:
     log_level: str | int | None = "info"
     access_log: bool = True
     proxy_headers: bool = True
+    server_header: bool = True
     forwarded_allow_ips: str | list[str] | None = None
     rust_hello_route: str | None = None
     stats_route: str | None = None

@@ -106,6 +106,7 @@ async def _serve(
                 limit_request_body=config.limit_request_body,
                 max_connections=config.connection_limit,
                 access_log=config.access_log,
+                server_header=config.server_header,
                 trusted_proxies=config.trusted_proxies if config.proxy_headers else None,
                 rust_hello_route=config.rust_hello_route,
                 http=config.http,
@@ -265,6 +266,7 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
         args += ["--log-level", config.log_level]
     args.append("--access-log" if config.access_log else "--no-access-log")
     args.append("--proxy-headers" if config.proxy_headers else "--no-proxy-headers")
+    args.append("--server-header" if config.server_header else "--no-server-header")
     if config.forwarded_allow_ips is not None:
         args += ["--forwarded-allow-ips", ",".join(config.trusted_proxies)]
     args += ["--http", config.http, "--ssl-cert-reqs", str(config.ssl_cert_reqs)]
