@@ -971,3 +971,45 @@ def test_200_concurrent_connections(server: ServerProcess) -> None:
     for index, replies in enumerate(results):
         assert replies == [f"{index}:{round_}" for round_ in range(rounds)], (index, replies)
     still_serving(server)
+
+
+# -- keepalive pings ---------------------------------------------------------------------------
+
+
+def test_keepalive_ping_unanswered_closes_with_1011() -> None:
+    """Rule: with ``--ws-ping-interval 0.2 --ws-ping-timeout 0.3`` the server pings each
+    socket; a peer that never answers gets a close frame with 1011 within about half a second
+    of the first ping, the TCP connection closes, and the app hears websocket.disconnect with
+    1011. Broken: no ping arrives (the options ignored: a dead peer would hold the socket
+    forever), or no close after the timeout."""
+    with running_server(APP, "--ws-ping-interval", "0.2", "--ws-ping-timeout", "0.3") as srv:
+        key = token()
+        ws = upgraded(srv, f"/echo?key={key}")
+        try:
+            first = ws.read_frame(timeout=2.0)
+            assert (first.opcode, first.masked) == (OP_PING, False), first
+            pinged = time.monotonic()
+            frame = ws.read_close(timeout=3.0)
+            waited = time.monotonic() - pinged
+            assert frame.code == 1011, frame
+            assert 0.2 < waited < 2.0, waited
+            assert ws.conn.wait_closed(5.0), "the TCP connection stayed open after 1011"
+        finally:
+            ws.close()
+        assert fetch_record(srv, key)["code"] == 1011
+
+
+def test_keepalive_pings_answered_keep_the_socket_open() -> None:
+    """Rule: a client that answers the server's pings (the websockets client does so by
+    itself) keeps its socket through many ping intervals, and messages still flow. Broken: the
+    socket closed with 1011 although every ping was answered (pongs not seen), or pings
+    delivered to the app as messages."""
+    with running_server(APP, "--ws-ping-interval", "0.1", "--ws-ping-timeout", "0.3") as srv:
+
+        async def scenario() -> str | bytes:
+            async with ws_connect(srv, "/echo", ping_interval=None) as ws:
+                await asyncio.sleep(1.5)
+                await ws.send("still open")
+                return await recv(ws)
+
+        assert run(scenario()) == "still open"

@@ -71,6 +71,18 @@ def parser() -> argparse.ArgumentParser:
         default=16 * 1024 * 1024,
         help="largest WebSocket message in bytes (default 16 MiB): past it, close 1009",
     )
+    p.add_argument(
+        "--ws-ping-interval",
+        type=float,
+        default=20.0,
+        help="seconds between the server's pings on each WebSocket (default 20; 0: none)",
+    )
+    p.add_argument(
+        "--ws-ping-timeout",
+        type=float,
+        default=20.0,
+        help="seconds a ping may go unanswered before the socket closes with 1011 (default 20)",
+    )
     p.add_argument("--ssl-certfile", help="TLS: the certificate chain (PEM)")
     p.add_argument("--ssl-keyfile", help="TLS: the private key (PEM)")
     p.add_argument("--ssl-keyfile-password", help="TLS: the password of an encrypted key file")

@@ -116,6 +116,8 @@ class HttpServer:
         tls_cert_reqs: int = 0,
         ws: bool = True,
         ws_max_size: int = 16777216,
+        ws_ping_interval: float | None = None,
+        ws_ping_timeout: float | None = None,
         stats_route: str | None = None,
     ) -> None: ...
     def serve_tcp(self, fd: int) -> NativeFuture[None]:

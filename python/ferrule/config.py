@@ -57,6 +57,9 @@ class Config:
     ssl_cert_reqs: int = 0
     ws: Literal["auto", "none"] = "auto"
     ws_max_size: int = 16 * 1024 * 1024
+    # uvicorn's defaults; None or 0 turns pings (or their timeout) off.
+    ws_ping_interval: float | None = 20.0
+    ws_ping_timeout: float | None = 20.0
     budget: int = 128
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -116,6 +116,8 @@ async def _serve(
                 tls_cert_reqs=tls_files.cert_reqs if tls_files else 0,
                 ws=config.ws == "auto",
                 ws_max_size=config.ws_max_size,
+                ws_ping_interval=config.ws_ping_interval or None,
+                ws_ping_timeout=config.ws_ping_timeout or None,
                 stats_route=config.stats_route,
             )
         except ValueError as exc:  # TLS material rustls refuses
@@ -271,6 +273,8 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
         args += ["--forwarded-allow-ips", ",".join(config.trusted_proxies)]
     args += ["--http", config.http, "--ssl-cert-reqs", str(config.ssl_cert_reqs)]
     args += ["--ws", config.ws, "--ws-max-size", str(config.ws_max_size)]
+    args += ["--ws-ping-interval", str(config.ws_ping_interval or 0)]
+    args += ["--ws-ping-timeout", str(config.ws_ping_timeout or 0)]
     for option in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ca_certs"):
         value = getattr(config, option)
         if value is not None:

@@ -64,6 +64,7 @@ pub struct ServerShared {
     tls: Option<tokio_rustls::TlsAcceptor>,
     /// The largest WebSocket message, when WebSockets are on (`--ws auto`).
     ws_max_size: Option<usize>,
+    pub ws_ping: WsPing,
     /// Becomes `Some(timeout)` when shutdown starts (WebSockets then close with 1012).
     pub stopping: watch::Receiver<Option<Option<Duration>>>,
     /// WebSocket sessions whose app has not returned. Upgraded connections leave hyper's
@@ -114,6 +115,16 @@ impl ServerShared {
     }
 }
 
+/// The server's keepalive pings on each WebSocket (uvicorn's `--ws-ping-interval` and
+/// `--ws-ping-timeout`): a peer that stops answering is found and closed with 1011.
+#[derive(Clone, Copy)]
+pub struct WsPing {
+    /// Time between pings; `None`: no pings.
+    pub interval: Option<Duration>,
+    /// How long a ping may go unanswered; `None`: forever.
+    pub timeout: Option<Duration>,
+}
+
 /// Listening sockets handed over from Python (which binds them, for clear errors and for
 /// sharing one socket between worker processes).
 enum Listener {
@@ -132,7 +143,7 @@ pub struct HttpServer {
 #[pymethods]
 impl HttpServer {
     #[new]
-    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216, stats_route=None))]
+    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216, ws_ping_interval=None, ws_ping_timeout=None, stats_route=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -155,6 +166,8 @@ impl HttpServer {
         tls_cert_reqs: u8,
         ws: bool,
         ws_max_size: usize,
+        ws_ping_interval: Option<f64>,
+        ws_ping_timeout: Option<f64>,
         stats_route: Option<String>,
     ) -> PyResult<Self> {
         let versions = HttpVersions::from_option(http)?;
@@ -186,6 +199,20 @@ impl HttpServer {
                 .is_truthy()?;
         let keep_alive = Duration::try_from_secs_f64(timeout_keep_alive)
             .map_err(|_| PyValueError::new_err("timeout_keep_alive must be a number >= 0"))?;
+        let positive = |seconds: Option<f64>, name: &str| {
+            seconds
+                .map(|s| {
+                    Duration::try_from_secs_f64(s)
+                        .ok()
+                        .filter(|d| !d.is_zero())
+                        .ok_or_else(|| PyValueError::new_err(format!("{name} must be > 0")))
+                })
+                .transpose()
+        };
+        let ws_ping = WsPing {
+            interval: positive(ws_ping_interval, "ws_ping_interval")?,
+            timeout: positive(ws_ping_timeout, "ws_ping_timeout")?,
+        };
         let bridge = bridge.shared().clone();
         // An asyncio future, not a resolved `NativeFuture`: awaiting a done asyncio future
         // takes CPython's `am_send` path and raises no StopIteration (85 ns against 355 ns per
@@ -213,6 +240,7 @@ impl HttpServer {
             versions,
             tls,
             ws_max_size: ws.then_some(ws_max_size),
+            ws_ping,
             stopping: stop.subscribe(),
             ws_sessions: watch::Sender::new(0),
         };

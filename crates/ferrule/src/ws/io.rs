@@ -453,6 +453,14 @@ impl WsSend {
     }
 }
 
+/// Sleeps until `at`, or forever if there is no `at`.
+async fn sleep_until_if(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The close code for a failure reading from the client.
 fn error_close_code(err: &WsError) -> Option<u16> {
     match err {
@@ -486,10 +494,20 @@ pub async fn run_socket(
     let mut ended: Option<(u16, String)> = None;
     let mut close_deadline: Option<tokio::time::Instant> = None;
     let mut app_done = false;
+    let ping = exchange.server.ws_ping;
+    let mut pings = ping.interval.map(|every| {
+        let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        pings
+    });
+    // When the oldest unanswered ping times out (any pong answers it, as RFC 6455 allows).
+    let mut pong_due: Option<tokio::time::Instant> = None;
     loop {
-        let deadline = async {
-            match close_deadline {
-                Some(at) => tokio::time::sleep_until(at).await,
+        let deadline = sleep_until_if(close_deadline);
+        let pong_overdue = sleep_until_if(pong_due);
+        let next_ping = async {
+            match pings.as_mut() {
+                Some(pings) => pings.tick().await,
                 None => std::future::pending().await,
             }
         };
@@ -512,7 +530,8 @@ pub async fn run_socket(
                         }
                     }
                     // Pings are answered by tungstenite as they are read.
-                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
+                    Some(Ok(Message::Ping(_) | Message::Frame(_))) => {}
+                    Some(Ok(Message::Pong(_))) => pong_due = None,
                     Some(Ok(Message::Close(frame))) => {
                         // tungstenite answers the close; the app hears the client's code.
                         let (code, reason) = frame
@@ -560,6 +579,21 @@ pub async fn run_socket(
                 }
             }
             _ = deadline => break,
+            _ = next_ping, if close_deadline.is_none() => {
+                if sink.send(Message::Ping(Bytes::new())).await.is_err() {
+                    break;
+                }
+                if let (None, Some(timeout)) = (pong_due, ping.timeout) {
+                    pong_due = Some(tokio::time::Instant::now() + timeout);
+                }
+            }
+            _ = pong_overdue, if close_deadline.is_none() => {
+                // The peer is gone or stuck: 1011, as the websockets library (uvicorn) sends.
+                ended.get_or_insert((1011, String::new()));
+                let closing = sink.send(close_message(1011, "keepalive ping timeout"));
+                let _ = tokio::time::timeout(CLOSE_TIMEOUT, closing).await;
+                break;
+            }
             // The server is shutting down: 1012 (service restart), as uvicorn sends.
             _ = async { stopping.wait_for(Option::is_some).await.is_ok() }, if close_deadline.is_none() => {
                 ended.get_or_insert((1012, String::new()));
