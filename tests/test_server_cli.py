@@ -51,6 +51,9 @@ OPTIONS = [
     "--forwarded-allow-ips",
     "--server-header",
     "--no-server-header",
+    "--date-header",
+    "--no-date-header",
+    "--header",
     "--version",
 ]
 
@@ -405,3 +408,24 @@ def test_server_header_is_sent_unless_turned_off(workers: str) -> None:
             response = srv.get("/")
             assert response.status_code == 200
             assert "server" not in response.headers, response.headers
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_header_option_and_date_header_switch(workers: str) -> None:
+    """Rule: each ``--header NAME:VALUE`` (uvicorn's option) is added to every response, in
+    worker processes too; a ``date`` header is sent by default and ``--no-date-header`` leaves
+    it out; a ``--header`` without a colon is refused before serving (exit 2, naming it).
+    Broken: the option unknown, a header missing (not passed to the server or the workers), or
+    a date header despite the switch. Seen failing: the two-worker case, with the ``--header``
+    options left out of the worker command line."""
+    with running_server("hello_app:app", "--workers", workers) as srv:
+        assert "date" in srv.get("/").headers
+    options = ("--header", "x-a: 1", "--header", "X-B:two", "--no-date-header")
+    with running_server("hello_app:app", "--workers", workers, *options) as srv:
+        for _ in range(4):  # several connections, so more than one worker answers
+            headers = srv.get("/").headers
+            assert (headers.get("x-a"), headers.get("x-b")) == ("1", "two"), headers
+            assert "date" not in headers, headers
+    refused = run_to_exit(ferrule_command("hello_app:app", "--header", "no-colon"))
+    assert refused.returncode == 2, refused.describe()
+    assert "no-colon" in refused.stderr, refused.describe()

@@ -6,7 +6,7 @@ import argparse
 import platform
 import sys
 
-from ferrule.config import LOG_LEVELS
+from ferrule.config import LOG_LEVELS, parse_header
 
 
 def version_line() -> str:
@@ -15,6 +15,13 @@ def version_line() -> str:
 
     python = f"{platform.python_implementation()} {platform.python_version()}"
     return f"ferrule {__version__} with {python} on {platform.system()}"
+
+
+def header(text: str) -> tuple[str, str]:
+    try:
+        return parse_header(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -54,6 +61,20 @@ def parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="send 'server: ferrule' with every response (default: on)",
+    )
+    p.add_argument(
+        "--date-header",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="send a 'date' header with every response (default: on)",
+    )
+    p.add_argument(
+        "--header",
+        action="append",
+        dest="headers",
+        metavar="NAME:VALUE",
+        type=header,
+        help="a header to send with every response (repeatable)",
     )
     p.add_argument("--forwarded-allow-ips", default=None)
     p.add_argument(

@@ -107,6 +107,8 @@ class HttpServer:
         max_connections: int = 4096,
         access_log: bool = True,
         server_header: bool = True,
+        date_header: bool = True,
+        headers: list[tuple[str, str]] | None = None,
         trusted_proxies: list[str] | None = None,
         rust_hello_route: str | None = None,
         http: str = "auto",

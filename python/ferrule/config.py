@@ -45,6 +45,9 @@ class Config:
     access_log: bool = True
     proxy_headers: bool = True
     server_header: bool = True
+    date_header: bool = True
+    # Added to every response, as uvicorn's --header: (name, value) pairs or "Name:Value".
+    headers: list[tuple[str, str]] | list[str] | None = None
     forwarded_allow_ips: str | list[str] | None = None
     rust_hello_route: str | None = None
     stats_route: str | None = None
@@ -74,6 +77,7 @@ class Config:
             raise ValueError(f"ws must be auto or none, not {self.ws!r}")
         if self.lifespan not in ("auto", "on", "off"):
             raise ValueError(f"lifespan must be auto, on or off, not {self.lifespan!r}")
+        self.headers = [parse_header(h) if isinstance(h, str) else h for h in self.headers or []]
 
     @property
     def log_level_number(self) -> int:
@@ -157,3 +161,11 @@ def import_from_string(import_string: str) -> Any:
             f'Error loading ASGI app. Attribute "{attrs}" not found in module "{module_name}".'
         ) from exc
     return obj
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """``"Name: value"`` as ``("Name", "value")`` (uvicorn's ``--header`` form)."""
+    name, colon, value = text.partition(":")
+    if not colon or not name.strip():
+        raise ValueError(f"a header must be NAME:VALUE, not {text!r}")
+    return name.strip(), value.strip()

@@ -107,6 +107,8 @@ async def _serve(
                 max_connections=config.connection_limit,
                 access_log=config.access_log,
                 server_header=config.server_header,
+                date_header=config.date_header,
+                headers=config.headers,
                 trusted_proxies=config.trusted_proxies if config.proxy_headers else None,
                 rust_hello_route=config.rust_hello_route,
                 http=config.http,
@@ -120,7 +122,7 @@ async def _serve(
                 ws_ping_timeout=config.ws_ping_timeout or None,
                 stats_route=config.stats_route,
             )
-        except ValueError as exc:  # TLS material rustls refuses
+        except ValueError as exc:  # TLS material rustls refuses, an invalid --header
             logger.error("%s", exc)
             sock.close()
             await lifespan.shutdown()
@@ -269,6 +271,9 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     args.append("--access-log" if config.access_log else "--no-access-log")
     args.append("--proxy-headers" if config.proxy_headers else "--no-proxy-headers")
     args.append("--server-header" if config.server_header else "--no-server-header")
+    args.append("--date-header" if config.date_header else "--no-date-header")
+    for name, value in config.headers:
+        args += ["--header", f"{name}:{value}"]
     if config.forwarded_allow_ips is not None:
         args += ["--forwarded-allow-ips", ",".join(config.trusted_proxies)]
     args += ["--http", config.http, "--ssl-cert-reqs", str(config.ssl_cert_reqs)]

@@ -135,7 +135,7 @@ impl Exchange {
         let mut response = Response::new(body);
         *response.status_mut() = status;
         *response.headers_mut() = headers;
-        self.server.add_server_header(response.headers_mut());
+        self.server.add_default_headers(response.headers_mut());
         if let Some(head_tx) = state.head_tx.take() {
             let _ = head_tx.send(response);
         }
@@ -240,7 +240,7 @@ pub fn server_response(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static(content_type),
     );
-    server.add_server_header(headers);
+    server.add_default_headers(headers);
     response
 }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -54,6 +54,10 @@ pub struct ServerShared {
     in_flight: AtomicUsize,
     keep_alive: Duration,
     server_header: Option<HeaderValue>,
+    /// `--header NAME:VALUE`: added to every response.
+    default_headers: Vec<(HeaderName, HeaderValue)>,
+    /// Whether hyper adds a `date` header to responses that lack one (`--no-date-header`).
+    date_header: bool,
     /// A path answered "Hello, world!" from Rust without calling the app: the benchmark's
     /// ceiling for the HTTP stack alone (`--rust-hello-route`).
     rust_hello_route: Option<String>,
@@ -97,11 +101,16 @@ impl HttpVersions {
 }
 
 impl ServerShared {
-    pub fn add_server_header(&self, headers: &mut HeaderMap) {
+    /// The headers every response gets: `server` unless the app set one or it is off, then
+    /// the `--header` ones, added after the app's (as uvicorn does, a name may then repeat).
+    pub fn add_default_headers(&self, headers: &mut HeaderMap) {
         if let Some(value) = &self.server_header {
             headers
                 .entry(http::header::SERVER)
                 .or_insert_with(|| value.clone());
+        }
+        for (name, value) in &self.default_headers {
+            headers.append(name.clone(), value.clone());
         }
     }
 
@@ -143,7 +152,7 @@ pub struct HttpServer {
 #[pymethods]
 impl HttpServer {
     #[new]
-    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216, ws_ping_interval=None, ws_ping_timeout=None, stats_route=None))]
+    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, date_header=true, headers=None, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216, ws_ping_interval=None, ws_ping_timeout=None, stats_route=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -157,6 +166,8 @@ impl HttpServer {
         max_connections: usize,
         access_log: bool,
         server_header: bool,
+        date_header: bool,
+        headers: Option<Vec<(String, String)>>,
         trusted_proxies: Option<Vec<String>>,
         rust_hello_route: Option<String>,
         http: &str,
@@ -209,6 +220,18 @@ impl HttpServer {
                 })
                 .transpose()
         };
+        let default_headers = headers
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, value)| {
+                let parsed = HeaderName::from_bytes(name.trim().as_bytes())
+                    .ok()
+                    .zip(HeaderValue::from_str(value.trim()).ok());
+                parsed.ok_or_else(|| {
+                    PyValueError::new_err(format!("not a valid header: {name:?}: {value:?}"))
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
         let ws_ping = WsPing {
             interval: positive(ws_ping_interval, "ws_ping_interval")?,
             timeout: positive(ws_ping_timeout, "ws_ping_timeout")?,
@@ -235,6 +258,8 @@ impl HttpServer {
             in_flight: AtomicUsize::new(0),
             keep_alive,
             server_header: server_header.then(|| HeaderValue::from_static("ferrule")),
+            default_headers,
+            date_header,
             rust_hello_route,
             stats_route,
             versions,
@@ -424,6 +449,7 @@ fn connection_builder(shared: &ServerShared) -> auto::Builder<TokioExecutor> {
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(shared.header_read_timeout())
+        .auto_date_header(shared.date_header)
         // The request line and headers must fit in 64 KiB. hyper's buffer is twice that, so a
         // head a little over the limit is still parsed whole: a long request line then gets
         // 414 from hyper (it only tells URI length on a complete parse), long headers 431 from
@@ -432,7 +458,8 @@ fn connection_builder(shared: &ServerShared) -> auto::Builder<TokioExecutor> {
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_header_list_size(MAX_HEAD_BYTES as u32);
+        .max_header_list_size(MAX_HEAD_BYTES as u32)
+        .auto_date_header(shared.date_header);
     if shared.versions.h1 {
         builder
     } else {

@@ -356,7 +356,7 @@ impl WsSend {
             http::header::CONNECTION,
             HeaderValue::from_static("Upgrade"),
         );
-        self.exchange.server.add_server_header(&mut headers);
+        self.exchange.server.add_default_headers(&mut headers);
         let mut response = Response::new(ResponseBody::full(Bytes::new()));
         *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
         *response.headers_mut() = headers;
@@ -396,7 +396,7 @@ impl WsSend {
                     *response.headers_mut() = headers;
                     self.exchange
                         .server
-                        .add_server_header(response.headers_mut());
+                        .add_default_headers(response.headers_mut());
                     state.phase = Phase::Closed;
                     WsExchange::answer(&mut state, response);
                 }
