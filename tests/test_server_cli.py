@@ -3,6 +3,7 @@ messages, logging (``hello_app`` unless said otherwise)."""
 
 from __future__ import annotations
 
+import json
 import platform
 import re
 import signal
@@ -54,6 +55,8 @@ OPTIONS = [
     "--date-header",
     "--no-date-header",
     "--header",
+    "--log-config",
+    "--env-file",
     "--version",
 ]
 
@@ -429,3 +432,63 @@ def test_header_option_and_date_header_switch(workers: str) -> None:
     refused = run_to_exit(ferrule_command("hello_app:app", "--header", "no-colon"))
     assert refused.returncode == 2, refused.describe()
     assert "no-colon" in refused.stderr, refused.describe()
+
+
+def test_env_file_is_loaded_before_the_app(tmp_path: Path) -> None:
+    """Rule: ``--env-file FILE`` (uvicorn's option, python-dotenv) puts the file's variables in
+    the environment before the app runs: the lifespan app that refuses startup names the
+    token it read from the file. A missing file is refused with exit 1, naming it. Broken: the
+    option unknown (exit 2), or the app sees "no-token" (the file not loaded). Seen failing
+    with the loading skipped."""
+    env_file = tmp_path / "server.env"
+    env_file.write_text("# a comment\nFERRULE_TEST_TOKEN=from-the-env-file\n")
+    app = "lifespan_apps:startup_failed"
+    result = run_to_exit(ferrule_command(app, "--lifespan", "on", "--env-file", str(env_file)))
+    assert result.returncode == 1, result.describe()
+    assert "startup refused from-the-env-file" in result.stderr, result.describe()
+    missing = run_to_exit(ferrule_command(app, "--env-file", str(tmp_path / "absent.env")))
+    assert missing.returncode == 1, missing.describe()
+    assert "absent.env" in missing.stderr, missing.describe()
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml", ".ini"])
+def test_log_config_file_formats_the_server_logs(tmp_path: Path, suffix: str) -> None:
+    """Rule: ``--log-config FILE`` (uvicorn's option) configures logging before the server
+    logs anything: a JSON or YAML dictConfig, or a fileConfig .ini, whose format marks each
+    line "CUSTOM <level>". A file that cannot be read is refused with exit 1, naming it.
+    Broken: the option unknown (exit 2), or ferrule's default format ("ERROR:    ...")
+    where the config asked for its own. Seen failing (all three) with the config skipped."""
+    config_file = tmp_path / f"logging{suffix}"
+    fmt = "CUSTOM %(levelname)s %(message)s"
+    if suffix == ".ini":
+        config_file.write_text(
+            "[loggers]\nkeys=root\n[handlers]\nkeys=err\n[formatters]\nkeys=custom\n"
+            "[logger_root]\nlevel=INFO\nhandlers=err\n"
+            "[handler_err]\nclass=StreamHandler\nformatter=custom\nargs=(sys.stderr,)\n"
+            f"[formatter_custom]\nformat={fmt}\n"
+        )
+    else:
+        config = {
+            "version": 1,
+            "disable_existing_loggers": False,
+            "formatters": {"custom": {"format": fmt}},
+            "handlers": {
+                "err": {
+                    "class": "logging.StreamHandler",
+                    "formatter": "custom",
+                    "stream": "ext://sys.stderr",
+                }
+            },
+            "root": {"level": "INFO", "handlers": ["err"]},
+        }
+        config_file.write_text(json.dumps(config))  # JSON is YAML too
+    app = "lifespan_apps:startup_failed"
+    result = run_to_exit(ferrule_command(app, "--lifespan", "on", "--log-config", str(config_file)))
+    assert result.returncode == 1, result.describe()
+    assert re.search(r"^CUSTOM ERROR .*startup refused", result.stderr, re.M), result.describe()
+    assert "ERROR:    " not in result.stderr, result.describe()
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    refused = run_to_exit(ferrule_command(app, "--log-config", str(broken)))
+    assert refused.returncode == 1, refused.describe()
+    assert "broken.json" in refused.stderr, refused.describe()

@@ -63,6 +63,16 @@ def parser() -> argparse.ArgumentParser:
         help="send 'server: ferrule' with every response (default: on)",
     )
     p.add_argument(
+        "--log-config",
+        metavar="FILE",
+        help="logging configuration: .json or .yaml (dictConfig), else an .ini (fileConfig)",
+    )
+    p.add_argument(
+        "--env-file",
+        metavar="FILE",
+        help="environment variables to load before importing the app (needs python-dotenv)",
+    )
+    p.add_argument(
         "--date-header",
         action=argparse.BooleanOptionalAction,
         default=True,

@@ -46,6 +46,10 @@ class Config:
     proxy_headers: bool = True
     server_header: bool = True
     date_header: bool = True
+    # uvicorn's --log-config: a dictConfig dict, or a .json, .yaml/.yml or fileConfig .ini file.
+    log_config: str | dict[str, Any] | None = None
+    # uvicorn's --env-file: variables loaded (python-dotenv) before the app is imported.
+    env_file: str | None = None
     # Added to every response, as uvicorn's --header: (name, value) pairs or "Name:Value".
     headers: list[tuple[str, str]] | list[str] | None = None
     forwarded_allow_ips: str | list[str] | None = None

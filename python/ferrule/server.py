@@ -15,7 +15,7 @@ from typing import Any
 from ferrule import tls
 from ferrule._bridge import new_event_loop
 from ferrule._ferrule import Bridge, HttpServer
-from ferrule._logging import configure_logging
+from ferrule._logging import apply_log_config, configure_logging
 from ferrule.config import AppLoadError, Config
 from ferrule.lifespan import Lifespan, LifespanFailure
 
@@ -30,13 +30,37 @@ def run(app: Any, **options: Any) -> int:
     Returns the exit status (0 after a clean shutdown).
     """
     config = Config(app=app, **options)
+    try:
+        if config.log_config is not None:
+            apply_log_config(config.log_config)
+        if config.env_file is not None:
+            load_env_file(config.env_file)
+    except ValueError as exc:
+        configure_logging(config.log_level_number)
+        logger.error("%s", exc)
+        return 1
     configure_logging(config.log_level_number)
     if config.workers > 1:
         if not isinstance(config.app, str):
             logger.error("You must pass the application as an import string to use workers.")
             return 1
+        if isinstance(config.log_config, dict):
+            logger.error("With workers, log_config must be a file: they read it themselves.")
+            return 1
         return Supervisor(config).run()
     return serve(config)
+
+
+def load_env_file(path: str) -> None:
+    """uvicorn's ``--env-file``: the file's variables into ``os.environ`` (python-dotenv,
+    as uvicorn uses; variables already set win). Worker processes inherit them."""
+    try:
+        from dotenv import load_dotenv
+    except ImportError:
+        raise ValueError("--env-file needs python-dotenv (pip install python-dotenv)") from None
+    if not os.path.isfile(path):
+        raise ValueError(f"--env-file: no file at {path}")
+    load_dotenv(path)
 
 
 def serve(config: Config) -> int:
@@ -272,6 +296,8 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     args.append("--proxy-headers" if config.proxy_headers else "--no-proxy-headers")
     args.append("--server-header" if config.server_header else "--no-server-header")
     args.append("--date-header" if config.date_header else "--no-date-header")
+    if isinstance(config.log_config, str):
+        args += ["--log-config", os.path.abspath(config.log_config)]
     for name, value in config.headers:
         args += ["--header", f"{name}:{value}"]
     if config.forwarded_allow_ips is not None:
