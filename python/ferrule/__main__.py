@@ -63,6 +63,13 @@ def parser() -> argparse.ArgumentParser:
         help="send 'server: ferrule' with every response (default: on)",
     )
     p.add_argument(
+        "--limit-max-requests",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop after N requests (with --workers, the worker is replaced)",
+    )
+    p.add_argument(
         "--log-config",
         metavar="FILE",
         help="logging configuration: .json or .yaml (dictConfig), else an .ini (fileConfig)",

@@ -121,6 +121,8 @@ class HttpServer:
         ws_ping_interval: float | None = None,
         ws_ping_timeout: float | None = None,
         stats_route: str | None = None,
+        limit_max_requests: int | None = None,
+        timeout_graceful_shutdown: float | None = None,
     ) -> None: ...
     def serve_tcp(self, fd: int) -> NativeFuture[None]:
         """Serve a listening TCP socket (ownership of ``fd`` passes to the server); the future

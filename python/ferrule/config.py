@@ -46,6 +46,8 @@ class Config:
     proxy_headers: bool = True
     server_header: bool = True
     date_header: bool = True
+    # uvicorn's --limit-max-requests: a worker stops (and is replaced) after this many requests.
+    limit_max_requests: int | None = None
     # uvicorn's --log-config: a dictConfig dict, or a .json, .yaml/.yml or fileConfig .ini file.
     log_config: str | dict[str, Any] | None = None
     # uvicorn's --env-file: variables loaded (python-dotenv) before the app is imported.
@@ -73,6 +75,8 @@ class Config:
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError("workers must be at least 1")
+        if self.limit_max_requests is not None and self.limit_max_requests < 1:
+            raise ValueError("limit_max_requests must be at least 1")
         if self.loop not in ("auto", "asyncio", "uvloop"):
             raise ValueError(f"loop must be auto, asyncio or uvloop, not {self.loop!r}")
         if self.http not in ("auto", "1", "2"):

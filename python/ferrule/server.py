@@ -145,6 +145,8 @@ async def _serve(
                 ws_ping_interval=config.ws_ping_interval or None,
                 ws_ping_timeout=config.ws_ping_timeout or None,
                 stats_route=config.stats_route,
+                limit_max_requests=config.limit_max_requests,
+                timeout_graceful_shutdown=config.timeout_graceful_shutdown,
             )
         except ValueError as exc:  # TLS material rustls refuses, an invalid --header
             logger.error("%s", exc)
@@ -157,10 +159,21 @@ async def _serve(
         else:
             stopped = server.serve_tcp(sock.detach())
         logger.info("ferrule running on %s (Press CTRL+C to quit)", where)
-        await stop.wait()
-        logger.info("Shutting down")
-        server.shutdown(config.timeout_graceful_shutdown)
-        await stopped
+        signalled = asyncio.ensure_future(stop.wait())
+        serving = asyncio.ensure_future(_until(stopped))
+        await asyncio.wait({signalled, serving}, return_when=asyncio.FIRST_COMPLETED)
+        if serving.done() and not signalled.done():
+            # Only --limit-max-requests stops the server by itself (or a failure, raised here).
+            signalled.cancel()
+            serving.result()
+            logger.warning(
+                "Maximum request limit of %d exceeded. Terminating process.",
+                config.limit_max_requests,
+            )
+        else:
+            logger.info("Shutting down")
+            server.shutdown(config.timeout_graceful_shutdown)
+        await serving
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
         await lifespan.shutdown()
@@ -169,6 +182,10 @@ async def _serve(
     finally:
         _serving_bridge = None
         bridge.close()
+
+
+async def _until(awaitable: Any) -> Any:
+    return await awaitable
 
 
 def describe(sock: socket.socket, config: Config) -> str:
@@ -239,9 +256,14 @@ class Supervisor:
         while not self.stopping:
             for i, worker in enumerate(self.workers):
                 if worker.poll() is not None and not self.stopping:
-                    logger.warning(
-                        "Worker [%d] died (%s); starting a new one", worker.pid, worker.returncode
-                    )
+                    if worker.returncode == 0:  # it stopped itself: --limit-max-requests
+                        logger.info("Worker [%d] finished; starting a new one", worker.pid)
+                    else:
+                        logger.warning(
+                            "Worker [%d] died (%s); starting a new one",
+                            worker.pid,
+                            worker.returncode,
+                        )
                     self.workers[i] = self._spawn(sock)
             time.sleep(0.1)
         for worker in self.workers:
@@ -296,6 +318,8 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     args.append("--proxy-headers" if config.proxy_headers else "--no-proxy-headers")
     args.append("--server-header" if config.server_header else "--no-server-header")
     args.append("--date-header" if config.date_header else "--no-date-header")
+    if config.limit_max_requests is not None:
+        args += ["--limit-max-requests", str(config.limit_max_requests)]
     if isinstance(config.log_config, str):
         args += ["--log-config", os.path.abspath(config.log_config)]
     for name, value in config.headers:

@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::os::fd::RawFd;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -71,6 +71,10 @@ pub struct ServerShared {
     pub ws_ping: WsPing,
     /// Becomes `Some(timeout)` when shutdown starts (WebSockets then close with 1012).
     pub stopping: watch::Receiver<Option<Option<Duration>>>,
+    /// `--limit-max-requests`: requests still to accept before the server stops itself, and
+    /// the graceful timeout it stops with.
+    requests_left: Option<(AtomicU64, Option<Duration>)>,
+    stop: watch::Sender<Option<Option<Duration>>>,
     /// WebSocket sessions whose app has not returned. Upgraded connections leave hyper's
     /// graceful shutdown, so shutdown waits for this to reach 0 as well.
     pub ws_sessions: watch::Sender<usize>,
@@ -119,6 +123,24 @@ impl ServerShared {
         self.keep_alive.max(Duration::from_secs(1))
     }
 
+    /// Counts one request against `--limit-max-requests`; the one that reaches it starts a
+    /// graceful shutdown (this request and those in flight are still answered).
+    fn count_request(&self) {
+        if let Some((left, graceful)) = &self.requests_left {
+            let before =
+                left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+            if before == Ok(1) {
+                self.stop.send_if_modified(|stop| {
+                    let starting = stop.is_none();
+                    if starting {
+                        *stop = Some(*graceful);
+                    }
+                    starting
+                });
+            }
+        }
+    }
+
     pub fn request_finished(&self) {
         self.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
@@ -144,15 +166,13 @@ enum Listener {
 #[pyclass(frozen, module = "ferrule._ferrule")]
 pub struct HttpServer {
     shared: Arc<ServerShared>,
-    /// `Some(timeout)` once shutdown starts: how long in-flight requests may take.
-    stop: watch::Sender<Option<Option<Duration>>>,
     started: Mutex<bool>,
 }
 
 #[pymethods]
 impl HttpServer {
     #[new]
-    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, date_header=true, headers=None, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216, ws_ping_interval=None, ws_ping_timeout=None, stats_route=None))]
+    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, date_header=true, headers=None, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216, ws_ping_interval=None, ws_ping_timeout=None, stats_route=None, limit_max_requests=None, timeout_graceful_shutdown=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -180,6 +200,8 @@ impl HttpServer {
         ws_ping_interval: Option<f64>,
         ws_ping_timeout: Option<f64>,
         stats_route: Option<String>,
+        limit_max_requests: Option<u64>,
+        timeout_graceful_shutdown: Option<f64>,
     ) -> PyResult<Self> {
         let versions = HttpVersions::from_option(http)?;
         let stop = watch::channel(None).0;
@@ -220,6 +242,12 @@ impl HttpServer {
                 })
                 .transpose()
         };
+        let graceful = timeout_graceful_shutdown
+            .map(Duration::try_from_secs_f64)
+            .transpose()
+            .map_err(|_| {
+                PyValueError::new_err("timeout_graceful_shutdown must be a number >= 0")
+            })?;
         let default_headers = headers
             .unwrap_or_default()
             .into_iter()
@@ -267,11 +295,12 @@ impl HttpServer {
             ws_max_size: ws.then_some(ws_max_size),
             ws_ping,
             stopping: stop.subscribe(),
+            requests_left: limit_max_requests.map(|limit| (AtomicU64::new(limit), graceful)),
+            stop,
             ws_sessions: watch::Sender::new(0),
         };
         Ok(Self {
             shared: Arc::new(shared),
-            stop,
             started: Mutex::new(false),
         })
     }
@@ -304,7 +333,7 @@ impl HttpServer {
             .map(Duration::try_from_secs_f64)
             .transpose()
             .map_err(|_| PyValueError::new_err("timeout must be a number >= 0"))?;
-        self.stop.send_replace(Some(timeout));
+        self.shared.stop.send_replace(Some(timeout));
         Ok(())
     }
 
@@ -330,7 +359,7 @@ impl HttpServer {
         let done = Py::new(py, NativeFuture::new(self.shared.bridge.clone()))?;
         let mut stopped = StoppedSignal(Some(done.clone_ref(py)));
         let shared = self.shared.clone();
-        let stop = self.stop.subscribe();
+        let stop = self.shared.stop.subscribe();
         self.shared.bridge.handle.spawn(async move {
             let outcome = match make_listener() {
                 Ok(listener) => {
@@ -582,6 +611,7 @@ async fn handle(
     let received = shared.bridge.trace.mark();
     // Taken first, whatever happens to the request, to stay in step with hyper's order.
     let raw_head = conn.heads.take();
+    shared.count_request();
     let previous = shared.in_flight.fetch_add(1, Ordering::AcqRel);
     if shared
         .limit_concurrency
