@@ -58,6 +58,7 @@ OPTIONS = [
     "--log-config",
     "--env-file",
     "--limit-max-requests",
+    "--limit-max-requests-jitter",
     "--version",
 ]
 
@@ -524,3 +525,23 @@ def test_limit_max_requests_with_workers_replaces_each_worker() -> None:
             assert response.status_code == 200
             pids.add(response.json()["pid"])
         assert len(pids) > 2, pids
+
+
+def test_limit_max_requests_jitter_adds_up_to_n() -> None:
+    """Rule: ``--limit-max-requests 2 --limit-max-requests-jitter 3`` stops the server after
+    2 to 5 requests (the jitter is drawn once per process), never before 2 and never after 5.
+    Broken: the option unknown (exit 2), or the jitter ignored in the wrong direction (fewer
+    than 2) or unbounded (a sixth request answered)."""
+    with running_server(
+        "hello_app:app", "--limit-max-requests", "2", "--limit-max-requests-jitter", "3"
+    ) as srv:
+        answered = 0
+        for _ in range(8):
+            try:
+                with srv.client() as client:
+                    assert client.get("/").status_code == 200
+                answered += 1
+            except httpx.TransportError:
+                break
+        assert srv.wait_exit(15) == 0, srv.describe()
+    assert 2 <= answered <= 5, answered

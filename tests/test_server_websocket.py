@@ -32,8 +32,10 @@ from serverutil import (
     RawConnection,
     RawResponse,
     ServerProcess,
+    ferrule_command,
     fetch_record,
     request_bytes,
+    run_to_exit,
     running_server,
     start_server,
 )
@@ -1013,3 +1015,23 @@ def test_keepalive_pings_answered_keep_the_socket_open() -> None:
                 return await recv(ws)
 
         assert run(scenario()) == "still open"
+
+
+def test_ws_max_queue_bounds_without_losing_messages() -> None:
+    """Rule: ``--ws-max-queue 1`` (uvicorn's option: client messages queued for the app before
+    the socket stops being read) still delivers every message, in order: 50 echoed back one by
+    one after being sent all at once; ``--ws-max-queue 0`` is refused at startup. Broken: the
+    option unknown, messages lost or reordered when the queue is full, or a queue of 0 hanging
+    every socket."""
+    with running_server(APP, "--ws-max-queue", "1") as srv:
+
+        async def scenario() -> list[str | bytes]:
+            async with ws_connect(srv, "/echo") as ws:
+                for i in range(50):
+                    await ws.send(f"m{i}")
+                return [await recv(ws) for _ in range(50)]
+
+        assert run(scenario()) == [f"m{i}" for i in range(50)]
+    refused = run_to_exit(ferrule_command(APP, "--ws-max-queue", "0"))
+    assert refused.returncode != 0, refused.describe()
+    assert "ws_max_queue" in refused.stderr, refused.describe()

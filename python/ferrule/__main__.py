@@ -70,6 +70,13 @@ def parser() -> argparse.ArgumentParser:
         help="stop after N requests (with --workers, the worker is replaced)",
     )
     p.add_argument(
+        "--limit-max-requests-jitter",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add 0 to N (drawn per worker) to --limit-max-requests, to stagger restarts",
+    )
+    p.add_argument(
         "--log-config",
         metavar="FILE",
         help="logging configuration: .json or .yaml (dictConfig), else an .ini (fileConfig)",
@@ -108,6 +115,12 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=16 * 1024 * 1024,
         help="largest WebSocket message in bytes (default 16 MiB): past it, close 1009",
+    )
+    p.add_argument(
+        "--ws-max-queue",
+        type=int,
+        default=32,
+        help="client messages queued for the app before the socket stops being read (default 32)",
     )
     p.add_argument(
         "--ws-ping-interval",

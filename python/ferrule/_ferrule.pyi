@@ -118,6 +118,7 @@ class HttpServer:
         tls_cert_reqs: int = 0,
         ws: bool = True,
         ws_max_size: int = 16777216,
+        ws_max_queue: int = 32,
         ws_ping_interval: float | None = None,
         ws_ping_timeout: float | None = None,
         stats_route: str | None = None,

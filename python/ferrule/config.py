@@ -48,6 +48,8 @@ class Config:
     date_header: bool = True
     # uvicorn's --limit-max-requests: a worker stops (and is replaced) after this many requests.
     limit_max_requests: int | None = None
+    # Up to this many more, drawn per process, so workers do not all restart at once.
+    limit_max_requests_jitter: int = 0
     # uvicorn's --log-config: a dictConfig dict, or a .json, .yaml/.yml or fileConfig .ini file.
     log_config: str | dict[str, Any] | None = None
     # uvicorn's --env-file: variables loaded (python-dotenv) before the app is imported.
@@ -66,6 +68,7 @@ class Config:
     ssl_cert_reqs: int = 0
     ws: Literal["auto", "none"] = "auto"
     ws_max_size: int = 16 * 1024 * 1024
+    ws_max_queue: int = 32
     # uvicorn's defaults; None or 0 turns pings (or their timeout) off.
     ws_ping_interval: float | None = 20.0
     ws_ping_timeout: float | None = 20.0
@@ -77,6 +80,10 @@ class Config:
             raise ValueError("workers must be at least 1")
         if self.limit_max_requests is not None and self.limit_max_requests < 1:
             raise ValueError("limit_max_requests must be at least 1")
+        if self.limit_max_requests_jitter < 0:
+            raise ValueError("limit_max_requests_jitter must be at least 0")
+        if self.ws_max_queue < 1:
+            raise ValueError("ws_max_queue must be at least 1")
         if self.loop not in ("auto", "asyncio", "uvloop"):
             raise ValueError(f"loop must be auto, asyncio or uvloop, not {self.loop!r}")
         if self.http not in ("auto", "1", "2"):

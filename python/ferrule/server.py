@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -107,6 +108,9 @@ async def _serve(
 ) -> int:
     global _serving_bridge
     loop = asyncio.get_running_loop()
+    limit_max_requests = config.limit_max_requests
+    if limit_max_requests is not None and config.limit_max_requests_jitter:
+        limit_max_requests += random.randint(0, config.limit_max_requests_jitter)
     bridge = _serving_bridge = Bridge(loop, budget=config.budget, trace=config.trace_requests)
     try:
         lifespan = Lifespan(app, config.lifespan)
@@ -142,10 +146,11 @@ async def _serve(
                 tls_cert_reqs=tls_files.cert_reqs if tls_files else 0,
                 ws=config.ws == "auto",
                 ws_max_size=config.ws_max_size,
+                ws_max_queue=config.ws_max_queue,
                 ws_ping_interval=config.ws_ping_interval or None,
                 ws_ping_timeout=config.ws_ping_timeout or None,
                 stats_route=config.stats_route,
-                limit_max_requests=config.limit_max_requests,
+                limit_max_requests=limit_max_requests,
                 timeout_graceful_shutdown=config.timeout_graceful_shutdown,
             )
         except ValueError as exc:  # TLS material rustls refuses, an invalid --header
@@ -168,7 +173,7 @@ async def _serve(
             serving.result()
             logger.warning(
                 "Maximum request limit of %d exceeded. Terminating process.",
-                config.limit_max_requests,
+                limit_max_requests,
             )
         else:
             logger.info("Shutting down")
@@ -320,6 +325,7 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     args.append("--date-header" if config.date_header else "--no-date-header")
     if config.limit_max_requests is not None:
         args += ["--limit-max-requests", str(config.limit_max_requests)]
+        args += ["--limit-max-requests-jitter", str(config.limit_max_requests_jitter)]
     if isinstance(config.log_config, str):
         args += ["--log-config", os.path.abspath(config.log_config)]
     for name, value in config.headers:
@@ -328,6 +334,7 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
         args += ["--forwarded-allow-ips", ",".join(config.trusted_proxies)]
     args += ["--http", config.http, "--ssl-cert-reqs", str(config.ssl_cert_reqs)]
     args += ["--ws", config.ws, "--ws-max-size", str(config.ws_max_size)]
+    args += ["--ws-max-queue", str(config.ws_max_queue)]
     args += ["--ws-ping-interval", str(config.ws_ping_interval or 0)]
     args += ["--ws-ping-timeout", str(config.ws_ping_timeout or 0)]
     for option in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ca_certs"):

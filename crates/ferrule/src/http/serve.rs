@@ -69,6 +69,8 @@ pub struct ServerShared {
     /// The largest WebSocket message, when WebSockets are on (`--ws auto`).
     ws_max_size: Option<usize>,
     pub ws_ping: WsPing,
+    /// Client messages queued for the app's `receive()` before the socket stops being read.
+    pub ws_max_queue: usize,
     /// Becomes `Some(timeout)` when shutdown starts (WebSockets then close with 1012).
     pub stopping: watch::Receiver<Option<Option<Duration>>>,
     /// `--limit-max-requests`: requests still to accept before the server stops itself, and
@@ -172,7 +174,7 @@ pub struct HttpServer {
 #[pymethods]
 impl HttpServer {
     #[new]
-    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, date_header=true, headers=None, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216, ws_ping_interval=None, ws_ping_timeout=None, stats_route=None, limit_max_requests=None, timeout_graceful_shutdown=None))]
+    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, date_header=true, headers=None, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216, ws_max_queue=32, ws_ping_interval=None, ws_ping_timeout=None, stats_route=None, limit_max_requests=None, timeout_graceful_shutdown=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -197,6 +199,7 @@ impl HttpServer {
         tls_cert_reqs: u8,
         ws: bool,
         ws_max_size: usize,
+        ws_max_queue: usize,
         ws_ping_interval: Option<f64>,
         ws_ping_timeout: Option<f64>,
         stats_route: Option<String>,
@@ -260,6 +263,9 @@ impl HttpServer {
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
+        if ws_max_queue == 0 {
+            return Err(PyValueError::new_err("ws_max_queue must be at least 1"));
+        }
         let ws_ping = WsPing {
             interval: positive(ws_ping_interval, "ws_ping_interval")?,
             timeout: positive(ws_ping_timeout, "ws_ping_timeout")?,
@@ -294,6 +300,7 @@ impl HttpServer {
             tls,
             ws_max_size: ws.then_some(ws_max_size),
             ws_ping,
+            ws_max_queue,
             stopping: stop.subscribe(),
             requests_left: limit_max_requests.map(|limit| (AtomicU64::new(limit), graceful)),
             stop,

@@ -28,8 +28,6 @@ use crate::http::io::{
 };
 use crate::http::serve::ServerShared;
 
-/// Messages from the client waiting for the app's `receive()`; past this the socket is not read.
-const INBOUND_CAPACITY: usize = 16;
 /// Messages from the app waiting for the socket; past this `send()` suspends.
 pub const OUTBOUND_CAPACITY: usize = 256;
 /// How long the server waits for the client's half of a close handshake it started.
@@ -87,7 +85,9 @@ pub type Answer = oneshot::Receiver<Response<ResponseBody>>;
 impl WsExchange {
     pub fn new(server: Arc<ServerShared>, accept_key: String) -> (Arc<Self>, Answer, SocketEnds) {
         let (head_tx, head_rx) = oneshot::channel();
-        let (inbound_tx, inbound_rx) = mpsc::channel(INBOUND_CAPACITY);
+        // Messages from the client waiting for the app's `receive()` (`--ws-max-queue`); past
+        // this the socket is not read.
+        let (inbound_tx, inbound_rx) = mpsc::channel(server.ws_max_queue);
         let (outbound_tx, outbound_rx) = mpsc::channel(OUTBOUND_CAPACITY);
         let exchange = Arc::new(Self {
             server,
