@@ -545,3 +545,20 @@ def test_limit_max_requests_jitter_adds_up_to_n() -> None:
                 break
         assert srv.wait_exit(15) == 0, srv.describe()
     assert 2 <= answered <= 5, answered
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "named"),
+    [
+        ("--workers", "0", "workers"),
+        ("--ws-max-queue", "0", "ws_max_queue"),
+        ("--limit-max-requests", "0", "limit_max_requests"),
+    ],
+)
+def test_values_the_server_refuses_are_usage_errors(option: str, value: str, named: str) -> None:
+    """Rule: an option value argparse accepts but the server cannot use is a usage error:
+    exit 2, a message naming the option, no traceback. Broken: a Python traceback ending in
+    the ValueError with exit 1, which is what these gave before."""
+    result = run_to_exit(ferrule_command("hello_app:app", option, value))
+    assert result.returncode == 2, result.describe()
+    assert named in result.stderr and "Traceback" not in result.stderr, result.describe()

@@ -6,7 +6,7 @@ import argparse
 import platform
 import sys
 
-from ferrule.config import LOG_LEVELS, parse_header
+from ferrule.config import LOG_LEVELS, Config, parse_header
 
 
 def version_line() -> str:
@@ -156,10 +156,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = vars(parser().parse_args(argv))
+    cli = parser()
+    args = vars(cli.parse_args(argv))
+    app = args.pop("app")
+    try:
+        # Values argparse lets through but the server refuses (``--workers 0``): a usage
+        # error naming the option, exit 2, as for any other bad option.
+        Config(app=app, **args)
+    except ValueError as exc:
+        cli.error(str(exc))
     from ferrule.server import run
 
-    sys.exit(run(args.pop("app"), **args))
+    sys.exit(run(app, **args))
 
 
 if __name__ == "__main__":
