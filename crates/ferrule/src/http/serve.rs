@@ -158,6 +158,14 @@ pub struct WsPing {
     pub timeout: Option<Duration>,
 }
 
+/// A timeout given from Python in seconds, `None` meaning none: refused if negative or not finite.
+fn optional_seconds(seconds: Option<f64>, name: &str) -> PyResult<Option<Duration>> {
+    seconds
+        .map(Duration::try_from_secs_f64)
+        .transpose()
+        .map_err(|_| PyValueError::new_err(format!("{name} must be a number >= 0")))
+}
+
 /// Listening sockets handed over from Python (which binds them, for clear errors and for
 /// sharing one socket between worker processes).
 enum Listener {
@@ -245,12 +253,7 @@ impl HttpServer {
                 })
                 .transpose()
         };
-        let graceful = timeout_graceful_shutdown
-            .map(Duration::try_from_secs_f64)
-            .transpose()
-            .map_err(|_| {
-                PyValueError::new_err("timeout_graceful_shutdown must be a number >= 0")
-            })?;
+        let graceful = optional_seconds(timeout_graceful_shutdown, "timeout_graceful_shutdown")?;
         let default_headers = headers
             .unwrap_or_default()
             .into_iter()
@@ -336,10 +339,7 @@ impl HttpServer {
     /// cancelled and their connections closed.
     #[pyo3(signature = (timeout=None))]
     fn shutdown(&self, timeout: Option<f64>) -> PyResult<()> {
-        let timeout = timeout
-            .map(Duration::try_from_secs_f64)
-            .transpose()
-            .map_err(|_| PyValueError::new_err("timeout must be a number >= 0"))?;
+        let timeout = optional_seconds(timeout, "timeout")?;
         self.shared.stop.send_replace(Some(timeout));
         Ok(())
     }
