@@ -23,7 +23,9 @@ pub struct ReadyQueue {
     starts: Mutex<Vec<LoopStart>>,
     tokio_driving: AtomicBool,
     /// Signalled when `tokio_driving` is cleared, for a loop thread waiting to leave `select`.
-    drive_done: (Mutex<()>, Condvar),
+    /// The mutex counts the waiters: with none, ending a drive makes no `futex` call (the
+    /// standard library's condvar makes one on every notify, waiters or not).
+    drive_done: (Mutex<usize>, Condvar),
 }
 
 impl ReadyQueue {
@@ -65,17 +67,22 @@ impl ReadyQueue {
 
     pub fn end_tokio_drive(&self) {
         self.tokio_driving.store(false, Ordering::Release);
-        // Taking the lock orders this store before the waiter's re-check, so no wake-up is lost.
-        drop(self.drive_done.0.lock().unwrap());
-        self.drive_done.1.notify_all();
+        // A waiter counts itself and checks the flag under the lock, so taking the lock here
+        // orders this store before its check: it either sees the flag cleared or is counted.
+        let waiters = *self.drive_done.0.lock().unwrap();
+        if waiters > 0 {
+            self.drive_done.1.notify_all();
+        }
     }
 
     /// Blocks until no tokio drive is in progress. Call without the GIL: the drive needs it.
     pub fn wait_tokio_drive_done(&self) {
-        let mut guard = self.drive_done.0.lock().unwrap();
+        let mut waiters = self.drive_done.0.lock().unwrap();
+        *waiters += 1;
         while self.tokio_driving.load(Ordering::Acquire) {
-            guard = self.drive_done.1.wait(guard).unwrap();
+            waiters = self.drive_done.1.wait(waiters).unwrap();
         }
+        *waiters -= 1;
     }
 }
 
