@@ -31,7 +31,7 @@ use super::io::{
 };
 use super::proxy::TrustedProxies;
 use super::tls::{self, ClientCerts};
-use super::types::{build_scope, ConnInfo};
+use super::types::{build_scope, ConnInfo, ScopeTemplate};
 
 /// What every connection and request of one server shares.
 pub struct ServerShared {
@@ -39,6 +39,7 @@ pub struct ServerShared {
     pub app: Py<PyAny>,
     pub root_path: Py<PyString>,
     pub state: Option<Py<PyDict>>,
+    pub scope_template: ScopeTemplate,
     pub error_logger: Py<PyAny>,
     /// Peers whose `X-Forwarded-For` / `X-Forwarded-Proto` the scope follows.
     pub proxies: TrustedProxies,
@@ -280,11 +281,14 @@ impl HttpServer {
         let done_future = bridge.event_loop.bind(py).call_method0("create_future")?;
         done_future.call_method1("set_result", (py.None(),))?;
         let done_future = done_future.unbind();
+        let root_path = PyString::new(py, root_path);
+        let scope_template = ScopeTemplate::new(py, &root_path, state.is_some())?;
         let shared = ServerShared {
             bridge,
             app,
-            root_path: PyString::new(py, root_path).unbind(),
+            root_path: root_path.unbind(),
             state,
+            scope_template,
             error_logger: error_logger.unbind(),
             proxies: TrustedProxies::new(trusted_proxies),
             access_logger: access_enabled.then(|| access_logger.unbind()),

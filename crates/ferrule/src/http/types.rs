@@ -82,6 +82,54 @@ pub fn http_version(version: Version) -> &'static str {
     }
 }
 
+/// The parts of every request's scope that the server fixes, made once: each scope starts as a
+/// copy of `scope`. Copying a dict whose keys are all in place clones its key table in one go,
+/// where inserting 13 keys into a new dict resizes it twice and probes for each; the values
+/// that vary are then replaced in place.
+pub struct ScopeTemplate {
+    scope: Py<PyDict>,
+    asgi: Py<PyDict>,
+}
+
+impl ScopeTemplate {
+    pub fn new(py: Python<'_>, root_path: &Bound<'_, PyString>, state: bool) -> PyResult<Self> {
+        let asgi = PyDict::new(py);
+        asgi.set_item(intern!(py, "version"), intern!(py, "3.0"))?;
+        asgi.set_item(intern!(py, "spec_version"), intern!(py, "2.4"))?;
+        let scope = PyDict::new(py);
+        let none = py.None();
+        // In the order the scope's keys have always had; `None` stands for a per-request value.
+        scope.set_item(intern!(py, "type"), intern!(py, "http"))?;
+        for key in [
+            intern!(py, "asgi"),
+            intern!(py, "http_version"),
+            intern!(py, "method"),
+            intern!(py, "scheme"),
+            intern!(py, "path"),
+            intern!(py, "raw_path"),
+            intern!(py, "query_string"),
+        ] {
+            scope.set_item(key, &none)?;
+        }
+        scope.set_item(intern!(py, "root_path"), root_path)?;
+        for key in [
+            intern!(py, "headers"),
+            intern!(py, "client"),
+            intern!(py, "server"),
+            intern!(py, "extensions"),
+        ] {
+            scope.set_item(key, &none)?;
+        }
+        if state {
+            scope.set_item(intern!(py, "state"), &none)?;
+        }
+        Ok(Self {
+            scope: scope.unbind(),
+            asgi: asgi.unbind(),
+        })
+    }
+}
+
 pub fn build_scope<'py>(
     py: Python<'py>,
     parts: &Parts,
@@ -89,20 +137,22 @@ pub fn build_scope<'py>(
     conn: &ConnInfo,
     server: &ServerShared,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let scope = PyDict::new(py);
-    scope.set_item(intern!(py, "type"), intern!(py, "http"))?;
-    let asgi = PyDict::new(py);
-    asgi.set_item(intern!(py, "version"), intern!(py, "3.0"))?;
-    asgi.set_item(intern!(py, "spec_version"), intern!(py, "2.4"))?;
-    scope.set_item(intern!(py, "asgi"), asgi)?;
-    scope.set_item(intern!(py, "http_version"), http_version(parts.version))?;
+    let template = &server.scope_template;
+    let scope = template.scope.bind(py).copy()?;
+    scope.set_item(intern!(py, "asgi"), template.asgi.bind(py).copy()?)?;
+    scope.set_item(
+        intern!(py, "http_version"),
+        http_version_str(py, parts.version),
+    )?;
     scope.set_item(intern!(py, "method"), method_name(py, &parts.method))?;
     let peer = conn.client.as_ref().map(|(host, _)| host.as_str());
     let forwarded = server.proxies.forwarded(peer, &parts.headers, false);
-    let scheme = forwarded
-        .scheme
-        .unwrap_or(if conn.tls { "https" } else { "http" });
-    scope.set_item(intern!(py, "scheme"), PyString::intern(py, scheme))?;
+    let scheme = match forwarded.scheme {
+        Some(scheme) => PyString::intern(py, scheme),
+        None if conn.tls => intern!(py, "https").clone(),
+        None => intern!(py, "http").clone(),
+    };
+    scope.set_item(intern!(py, "scheme"), scheme)?;
     let raw_path = parts.uri.path().as_bytes();
     let decoded = percent_decode(raw_path).decode_utf8_lossy();
     let root_path = server.root_path.bind(py);
@@ -115,30 +165,32 @@ pub fn build_scope<'py>(
     scope.set_item(intern!(py, "raw_path"), PyBytes::new(py, raw_path))?;
     let query = parts.uri.query().unwrap_or("").as_bytes();
     scope.set_item(intern!(py, "query_string"), PyBytes::new(py, query))?;
-    scope.set_item(intern!(py, "root_path"), root_path)?;
-    let headers = PyList::empty(py);
-    let add = |name: &[u8], value: &[u8]| {
-        headers.append(PyTuple::new(
-            py,
-            [PyBytes::new(py, name), PyBytes::new(py, value)],
-        )?)
-    };
+    let mut lines: Vec<(&[u8], &[u8])> = Vec::with_capacity(parts.headers.len() + 1);
     if parts.version == Version::HTTP_2 && !parts.headers.contains_key(http::header::HOST) {
         // HTTP/2 carries the host as `:authority`; frameworks look for a `host` header.
         if let Some(authority) = parts.uri.authority() {
-            add(b"host", authority.as_str().as_bytes())?;
+            lines.push((b"host", authority.as_str().as_bytes()));
         }
     }
     match raw_head {
         // In the client's order (hyper's map groups lines by name).
-        Some(head) => head
-            .headers()
-            .try_for_each(|(name, value)| add(name, value))?,
-        None => parts
-            .headers
-            .iter()
-            .try_for_each(|(name, value)| add(name.as_str().as_bytes(), value.as_bytes()))?,
+        Some(head) => lines.extend(head.headers()),
+        None => lines.extend(
+            parts
+                .headers
+                .iter()
+                .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes())),
+        ),
     }
+    let headers = PyList::new(
+        py,
+        lines
+            .into_iter()
+            .map(|(name, value)| {
+                PyTuple::new(py, [PyBytes::new(py, name), PyBytes::new(py, value)])
+            })
+            .collect::<PyResult<Vec<_>>>()?,
+    )?;
     scope.set_item(intern!(py, "headers"), headers)?;
     let (client, server_addr) = conn.python(py)?;
     match forwarded.client {
@@ -155,6 +207,16 @@ pub fn build_scope<'py>(
         scope.set_item(intern!(py, "state"), state.bind(py).copy()?)?;
     }
     Ok(scope)
+}
+
+/// `http_version` as the scope gives it, one shared string per version.
+fn http_version_str(py: Python<'_>, version: Version) -> Bound<'_, PyString> {
+    match version {
+        Version::HTTP_10 => intern!(py, "1.0").clone(),
+        Version::HTTP_09 => intern!(py, "0.9").clone(),
+        Version::HTTP_2 => intern!(py, "2").clone(),
+        _ => intern!(py, "1.1").clone(),
+    }
 }
 
 fn method_name<'py>(py: Python<'py>, method: &http::Method) -> Bound<'py, PyString> {
