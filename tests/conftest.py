@@ -62,6 +62,7 @@ REQUIRED_COUNTERS = (
     "resumes_inline",
     "deferred_resumes",
     "budget_exhaustions",
+    "tasks_made",
 )
 
 Main = Callable[["ferrule.Bridge"], Awaitable[Any]]

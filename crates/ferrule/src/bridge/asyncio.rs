@@ -1,6 +1,7 @@
 //! The asyncio objects the bridge calls on every drive, looked up once per bridge, and the
 //! per-coroutine task (`DriverTask`) built the way each interpreter family needs.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use pyo3::intern;
@@ -8,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyModule};
 
+use super::counters::{bump, Counters};
 use super::ffi;
 
 /// The Python half of the task: a `Task` subclass whose cancellation goes to the bridge's job,
@@ -103,13 +105,20 @@ pub struct AsyncioApi {
     get_weakref_count: Py<PyAny>,
     /// Finished `DriverTask`s nobody else can see, ready to stand for another coroutine.
     idle_tasks: Mutex<Vec<PooledTask>>,
+    /// Finished `DriverTask`s something still held when their job ended, oldest first. On
+    /// 3.11 with uvloop (no `_ready` to pop) that is the loop's handle for the sentinel's step
+    /// until the loop runs it, so every task lands here first; without this queue each
+    /// request made a new task, 7,300 of the 64,000 instructions of a hello request.
+    cooling_tasks: Mutex<VecDeque<PooledTask>>,
 }
 
 /// Building a task costs more than the rest of a small request's drive (3.11: `Task.__init__`
 /// schedules the sentinel's step, adds the task to a `WeakSet`, formats its name; then the pop,
 /// the close, the `set_result`). A finished task that no one else holds, strongly or weakly,
-/// cannot be told apart from a new one, so it is reused. At most this many wait.
+/// cannot be told apart from a new one, so it is reused. At most this many wait, idle or cooling.
 const IDLE_TASKS_MAX: usize = 256;
+/// Cooling tasks looked at per task wanted: a task someone keeps for good only costs a look.
+const COOLING_CHECKS: usize = 4;
 
 /// A `DriverTask` and the weak references it had when made (the loop's task registry's own).
 pub struct PooledTask {
@@ -162,6 +171,7 @@ impl AsyncioApi {
             task_kwargs: task_kwargs.unbind(),
             get_weakref_count: py.import("weakref")?.getattr("getweakrefcount")?.unbind(),
             idle_tasks: Mutex::new(Vec::new()),
+            cooling_tasks: Mutex::new(VecDeque::new()),
         })
     }
 
@@ -174,15 +184,17 @@ impl AsyncioApi {
         &self,
         py: Python<'_>,
         ready: Option<&Bound<'_, PyAny>>,
+        counters: &Counters,
     ) -> PyResult<TaskSlot> {
-        if let Some(task) = self.idle_tasks.lock().unwrap().pop() {
+        if let Some(task) = self.reusable_task(py) {
             return Ok(TaskSlot {
                 task,
                 must_finish: false,
             });
         }
         let (task, must_finish) = self.new_driver_task(py, ready)?;
-        let weakrefs = self.get_weakref_count.bind(py).call1((&task,))?.extract()?;
+        bump(&counters.tasks_made);
+        let weakrefs = self.weakref_count(&task).unwrap_or(usize::MAX);
         Ok(TaskSlot {
             task: PooledTask {
                 task: task.unbind(),
@@ -192,32 +204,80 @@ impl AsyncioApi {
         })
     }
 
-    /// Takes back the task of a finished job (already detached from it and marked done) for
-    /// reuse, if nothing but this call holds it and no weak reference was added since it was made.
-    pub fn recycle(&self, py: Python<'_>, task: PooledTask) {
+    /// An idle task, or else a cooling one that nothing holds any more.
+    fn reusable_task(&self, py: Python<'_>) -> Option<PooledTask> {
+        if let Some(task) = self.idle_tasks.lock().unwrap().pop() {
+            return Some(task);
+        }
+        let mut cooling = self.cooling_tasks.lock().unwrap();
+        let mut found = None;
+        // Dropped once the lock is released: a task's deallocation can run Python (weakref
+        // callbacks) that finishes a job and so recycles.
+        let mut never_reusable = Vec::new();
+        for _ in 0..COOLING_CHECKS.min(cooling.len()) {
+            let Some(task) = cooling.pop_front() else {
+                break;
+            };
+            match self.unshared(py, &task) {
+                Some(true) => {
+                    found = Some(task);
+                    break;
+                }
+                Some(false) => cooling.push_back(task),
+                None => never_reusable.push(task), // weakly referenced since it was made
+            }
+        }
+        drop(cooling);
+        drop(never_reusable);
+        found
+    }
+
+    /// Whether nothing but the pool holds `task` (`Some(false)`: something else still does;
+    /// `None`: a weak reference was added since it was made, so it never can be reused).
+    fn unshared(&self, py: Python<'_>, task: &PooledTask) -> Option<bool> {
         let bound = task.task.bind(py);
-        if ffi::refcount(bound) != 1 {
-            return;
+        if self.weakref_count(bound) != Some(task.weakrefs) {
+            return None;
         }
-        let weakrefs: Option<usize> = self
-            .get_weakref_count
-            .bind(py)
-            .call1((bound,))
-            .and_then(|n| n.extract())
-            .ok();
-        if weakrefs != Some(task.weakrefs) {
-            return;
-        }
-        let mut idle = self.idle_tasks.lock().unwrap();
-        if idle.len() < IDLE_TASKS_MAX {
-            idle.push(task);
+        Some(ffi::refcount(bound) == 1)
+    }
+
+    fn weakref_count(&self, task: &Bound<'_, PyAny>) -> Option<usize> {
+        let count = self.get_weakref_count.bind(task.py()).call1((task,)).ok()?;
+        count.extract().ok()
+    }
+
+    /// Takes back the task of a finished job (already detached from it and marked done) for
+    /// reuse: idle if nothing but this call holds it, cooling if something still does.
+    pub fn recycle(&self, py: Python<'_>, task: PooledTask) {
+        match self.unshared(py, &task) {
+            None => {}
+            Some(true) => {
+                let mut idle = self.idle_tasks.lock().unwrap();
+                if idle.len() < IDLE_TASKS_MAX {
+                    idle.push(task);
+                } else {
+                    drop(idle);
+                    drop(task); // outside the lock, as in `reusable_task`
+                }
+            }
+            Some(false) => {
+                let mut cooling = self.cooling_tasks.lock().unwrap();
+                let oldest = (cooling.len() == IDLE_TASKS_MAX)
+                    .then(|| cooling.pop_front())
+                    .flatten();
+                cooling.push_back(task);
+                drop(cooling);
+                drop(oldest); // outside the lock, as in `reusable_task`
+            }
         }
     }
 
-    /// Drops the idle tasks (the bridge is closing).
+    /// Drops the idle and cooling tasks (the bridge is closing).
     pub fn clear_idle_tasks(&self) {
         let idle = std::mem::take(&mut *self.idle_tasks.lock().unwrap());
-        drop(idle);
+        let cooling = std::mem::take(&mut *self.cooling_tasks.lock().unwrap());
+        drop((idle, cooling));
     }
 
     /// A new `DriverTask`, and whether its sentinel will never run (3.11 with `_ready`: the

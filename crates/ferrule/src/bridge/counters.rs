@@ -53,6 +53,8 @@ counters! {
     deferred_resumes,
     /// Drives that used their whole step budget and were rescheduled.
     budget_exhaustions,
+    /// `DriverTask`s built; every other coroutine's task was a finished one reused.
+    tasks_made,
 }
 
 #[inline]

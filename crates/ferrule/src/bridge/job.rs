@@ -100,7 +100,7 @@ impl Job {
         }
         let shared = &this.shared;
         let ready = shared.ready.as_ref().map(|r| r.bind(py));
-        let made = shared.api.driver_task(py, ready)?;
+        let made = shared.api.driver_task(py, ready, &shared.counters)?;
         let task = made.task.task.bind(py).clone();
         task.setattr(intern!(py, "_ferrule_job"), slf)?;
         *slot = Some(made);
