@@ -128,19 +128,28 @@ impl Exchange {
         }
     }
 
-    /// The client is gone: every later `receive()` says so, every `send()` raises.
-    /// Sends the response head the app started, with `body` as its body.
-    fn send_head(&self, state: &mut ExchangeState, body: ResponseBody) {
+    /// Sends the response head the app started, with `body` as its body. Returns the response
+    /// when hyper no longer waits for it (the client went away), for the caller to drop once
+    /// it has released the state lock: dropping a streamed body tells this exchange the client
+    /// is gone, which takes that lock, and the lock is not reentrant.
+    #[must_use = "drop the unsent response after releasing the state lock"]
+    fn send_head(
+        &self,
+        state: &mut ExchangeState,
+        body: ResponseBody,
+    ) -> Option<Response<ResponseBody>> {
         let (status, headers) = state.head.take().expect("a pending head");
         let mut response = Response::new(body);
         *response.status_mut() = status;
         *response.headers_mut() = headers;
         self.server.add_default_headers(response.headers_mut());
-        if let Some(head_tx) = state.head_tx.take() {
-            let _ = head_tx.send(response);
+        match state.head_tx.take() {
+            Some(head_tx) => head_tx.send(response).err(),
+            None => Some(response),
         }
     }
 
+    /// The client is gone: every later `receive()` says so, every `send()` raises.
     pub fn mark_disconnected(&self, py: Python<'_>) {
         let waiters = {
             let mut state = self.state.lock().unwrap();
@@ -485,9 +494,10 @@ impl Send {
         }
         let (tx, rx) = mpsc::channel(4);
         state.phase = Phase::Complete;
-        exchange.send_head(&mut state, ResponseBody::stream(rx, exchange.clone()));
+        let unsent = exchange.send_head(&mut state, ResponseBody::stream(rx, exchange.clone()));
         let waiters = std::mem::take(&mut state.disconnect_waiters);
         drop(state);
+        drop(unsent);
         exchange.resolve_disconnect_waiters(py, waiters);
         let aborted = exchange.aborted.clone();
         runtime::spawn(async move {
@@ -549,9 +559,10 @@ impl Send {
                     state.phase = Phase::Complete;
                     ResponseBody::full(body)
                 };
-                exchange.send_head(&mut state, response_body);
+                let unsent = exchange.send_head(&mut state, response_body);
                 let waiters = if more_body { Vec::new() } else { std::mem::take(&mut state.disconnect_waiters) };
                 drop(state);
+                drop(unsent);
                 exchange.resolve_disconnect_waiters(py, waiters);
                 Ok(self.done(py))
             }
