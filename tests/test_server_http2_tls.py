@@ -334,6 +334,45 @@ def test_tls_encrypted_key_with_password(certs: Certs) -> None:
     assert response.json()["scheme"] == "https"
 
 
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it, from ``/proc/PID/task/TID/children``."""
+    found, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                queue += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
+    return found
+
+
+def test_tls_key_password_stays_off_worker_command_lines(certs: Certs) -> None:
+    """Rule: with --workers 2 and --ssl-keyfile-password, the workers serve https but the
+    password is on no worker's command line (which any user can read with ps); it may also be
+    given in FERRULE_SSL_KEYFILE_PASSWORD alone. Broken (seen before the change): each
+    worker's /proc/PID/cmdline held the password; and without the variable read, the server
+    given only the variable exits at startup, unable to decrypt the key."""
+    key_args = ["--ssl-certfile", str(certs.server_cert), "--ssl-keyfile"]
+    key_args.append(str(certs.server_key_encrypted))
+    args = [*key_args, "--ssl-keyfile-password", KEY_PASSWORD, "--workers", "2"]
+    with running_server(APP, *args) as srv:
+        with https_client(srv, certs) as client:
+            assert client.get("/scope").status_code == 200
+        workers = _process_tree(srv.proc.pid)[1:]
+        assert len(workers) >= 2, workers
+        for pid in workers:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            assert KEY_PASSWORD.encode() not in cmdline, cmdline
+    env = {"FERRULE_SSL_KEYFILE_PASSWORD": KEY_PASSWORD}
+    with running_server(APP, *key_args, env=env) as srv:
+        with https_client(srv, certs) as client:
+            response = client.get("/scope")
+    assert response.status_code == 200, response.text
+    assert response.json()["scheme"] == "https"
+
+
 def test_tls_wrong_key_password_exits_with_message(certs: Certs) -> None:
     """Rule: a wrong --ssl-keyfile-password makes the server exit at startup with a non-zero
     status (not a signal) and a message on stderr that points at the key (its file name, "key

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 
-from ferrule.config import LOG_LEVELS, Config, parse_header
+from ferrule.config import KEY_PASSWORD_ENV, LOG_LEVELS, Config, parse_header
 
 
 def version_line() -> str:
@@ -136,7 +137,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--ssl-certfile", help="TLS: the certificate chain (PEM)")
     p.add_argument("--ssl-keyfile", help="TLS: the private key (PEM)")
-    p.add_argument("--ssl-keyfile-password", help="TLS: the password of an encrypted key file")
+    p.add_argument(
+        "--ssl-keyfile-password",
+        help=f"TLS: the password of an encrypted key file (or set {KEY_PASSWORD_ENV}, which ps "
+        "does not show)",
+    )
     p.add_argument("--ssl-ca-certs", help="TLS: CA certificates (PEM) to check client certificates")
     p.add_argument(
         "--ssl-cert-reqs",
@@ -159,6 +164,10 @@ def main(argv: list[str] | None = None) -> None:
     cli = parser()
     args = vars(cli.parse_args(argv))
     app = args.pop("app")
+    # Taken out of the environment before the app is imported: the app has no use for it.
+    from_env = os.environ.pop(KEY_PASSWORD_ENV, None)
+    if args["ssl_keyfile_password"] is None:
+        args["ssl_keyfile_password"] = from_env
     try:
         # Values argparse lets through but the server refuses (``--workers 0``): a usage
         # error naming the option, exit 2, as for any other bad option.

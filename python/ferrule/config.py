@@ -17,6 +17,10 @@ LOG_LEVELS = {
     "trace": 5,
 }
 
+#: Where the key password may be given instead of ``--ssl-keyfile-password``, out of sight of
+#: ``ps``: the supervisor hands it to its workers this way.
+KEY_PASSWORD_ENV = "FERRULE_SSL_KEYFILE_PASSWORD"
+
 
 class AppLoadError(Exception):
     """The app could not be imported or made: the message says why, for the user."""

@@ -17,7 +17,7 @@ from ferrule import tls
 from ferrule._bridge import new_event_loop
 from ferrule._ferrule import Bridge, HttpServer
 from ferrule._logging import apply_log_config, configure_logging
-from ferrule.config import AppLoadError, Config
+from ferrule.config import KEY_PASSWORD_ENV, AppLoadError, Config
 from ferrule.lifespan import Lifespan, LifespanFailure
 
 logger = logging.getLogger("ferrule.error")
@@ -290,10 +290,16 @@ class Supervisor:
 
     def _spawn(self, sock: socket.socket) -> subprocess.Popen[bytes]:
         args = worker_arguments(self.config, sock.fileno())
+        env = None
+        if self.config.ssl_keyfile_password is not None:
+            # Not on the command line, which any user can read with ps; a process's
+            # environment is readable only by its owner.
+            env = {**os.environ, KEY_PASSWORD_ENV: self.config.ssl_keyfile_password}
         worker = subprocess.Popen(
             [sys.executable, "-m", "ferrule", *args],
             pass_fds=(sock.fileno(),),
             start_new_session=False,
+            env=env,
         )
         logger.info("Started worker process [%d]", worker.pid)
         return worker
@@ -337,13 +343,10 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     args += ["--ws-max-queue", str(config.ws_max_queue)]
     args += ["--ws-ping-interval", str(config.ws_ping_interval or 0)]
     args += ["--ws-ping-timeout", str(config.ws_ping_timeout or 0)]
-    for option in ("ssl_certfile", "ssl_keyfile", "ssl_keyfile_password", "ssl_ca_certs"):
+    for option in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs"):
         value = getattr(config, option)
         if value is not None:
-            args += [
-                "--" + option.replace("_", "-"),
-                os.path.abspath(value) if option != "ssl_keyfile_password" else value,
-            ]
+            args += ["--" + option.replace("_", "-"), os.path.abspath(value)]
     if config.rust_hello_route is not None:
         args += ["--rust-hello-route", config.rust_hello_route]
     if config.stats_route is not None:
