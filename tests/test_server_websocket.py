@@ -534,6 +534,35 @@ def test_close_before_accept_is_403(server: ServerProcess) -> None:
     assert run(scenario()) == 403
 
 
+def test_handshakes_and_closes_are_logged_as_uvicorn_logs_them(server: ServerProcess) -> None:
+    """Rule: as uvicorn does, each WebSocket logs at INFO ``CLIENT - "WebSocket PATH?QUERY"
+    [accepted]`` (or the refusal's status, 403 for a close before accept), then "connection
+    open" and, once the socket is gone, "connection closed". Broken (seen before the change):
+    a WebSocket left no line at all, so a server's log showed none of its WebSocket traffic."""
+    tag = uuid.uuid4().hex
+
+    async def scenario() -> None:
+        async with ws_connect(server, f"/echo?tag={tag}") as ws:
+            await ws.send("hi")
+            await recv(ws)
+        try:
+            async with ws_connect(server, f"/reject?tag={tag}"):
+                pass
+        except InvalidStatus:
+            pass
+
+    run(scenario())
+    client = r"127\.0\.0\.1:\d+"
+    server.wait_for_output(rf'{client} - "WebSocket /echo\?tag={tag}" \[accepted\]')
+    server.wait_for_output(rf'{client} - "WebSocket /reject\?tag={tag}" 403')
+    after = server.stderr.split(f"/echo?tag={tag}", 1)[1]
+    assert "connection open" in after, server.describe()
+    deadline = time.monotonic() + 5
+    while "connection closed" not in server.stderr.split(f"/echo?tag={tag}", 1)[1]:
+        assert time.monotonic() < deadline, server.describe()
+        time.sleep(0.05)
+
+
 def test_denial_response_extension(server: ServerProcess) -> None:
     """Rule: websocket.http.response.start (401, headers) then websocket.http.response.body
     messages (b"no " with more_body, then b"entry") before accept send that HTTP response

@@ -69,15 +69,45 @@ pub async fn upgrade(
     let response = answer
         .await
         .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &shared));
-    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+    let accepted = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+    let target = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| parts.uri.path(), |pq| pq.as_str());
+    let handshake = match accepted {
+        true => "[accepted]".to_owned(),
+        false => response.status().as_u16().to_string(),
+    };
+    let line = format!(
+        "{} - \"WebSocket {target}\" {handshake}",
+        conn.client_label()
+    );
+    log_info(&shared, &line);
+    if accepted {
+        log_info(&shared, "connection open");
         tokio::spawn(async move {
             match on_upgrade.await {
-                Ok(upgraded) => run_socket(upgraded, exchange, ends, max_size).await,
+                Ok(upgraded) => run_socket(upgraded, exchange.clone(), ends, max_size).await,
                 Err(_) => exchange.mark_closed(1006, String::new()),
             }
+            log_info(&exchange.server, "connection closed");
         });
     }
     response
+}
+
+/// A line at INFO on the error logger: uvicorn's three lines for each WebSocket (the
+/// handshake with its outcome, "connection open", "connection closed") go there too.
+fn log_info(shared: &ServerShared, line: &str) {
+    Python::attach(|py| {
+        let logged = shared
+            .error_logger
+            .bind(py)
+            .call_method1(intern!(py, "info"), (line,));
+        if let Err(err) = logged {
+            err.write_unraisable(py, None);
+        }
+    });
 }
 
 fn start_app(
