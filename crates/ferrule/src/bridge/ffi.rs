@@ -121,6 +121,21 @@ pub fn keep_thread_state() {
     KEPT_THREAD_STATE.with(|cell| cell.set(Some(kept)));
 }
 
+/// Puts the calling thread under `SCHED_BATCH`. Woken (by the network, or by the loop thread
+/// handing it a response), a batch thread does not preempt the thread running on its core; it
+/// runs when that thread blocks or its time slice ends. When the tokio and loop threads share
+/// a core, the tokio thread otherwise preempts the loop thread at each response it is handed,
+/// two context switches per request mid-batch; on a free core it runs at once either way.
+pub fn schedule_this_thread_as_batch() -> std::io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 names the calling thread only; `param` is an initialised struct that lives
+    // across the call, and SCHED_BATCH needs priority 0 and no privilege.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Undoes `keep_thread_state` as the thread stops (tokio's `on_thread_stop`), so the thread
 /// state is deleted by its own thread rather than left for interpreter finalisation.
 pub fn release_thread_state() {

@@ -434,10 +434,18 @@ impl Bridge {
         } else {
             Mode::LoopOnly
         };
+        // FERRULE_IO_SCHED=normal keeps tokio's threads under the default policy.
+        let batch = std::env::var("FERRULE_IO_SCHED").map_or(true, |policy| policy != "normal");
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(worker_threads)
             .thread_name("ferrule-tokio")
-            .on_thread_start(ffi::keep_thread_state)
+            .on_thread_start(move || {
+                ffi::keep_thread_state();
+                if batch {
+                    // Best effort: a system that refuses only costs the switches it saves.
+                    let _ = ffi::schedule_this_thread_as_batch();
+                }
+            })
             .on_thread_stop(ffi::release_thread_state)
             .enable_all()
             .build()
