@@ -124,8 +124,8 @@ pub fn keep_thread_state() {
 /// Puts the calling thread under `SCHED_BATCH`. Woken (by the network, or by the loop thread
 /// handing it a response), a batch thread does not preempt the thread running on its core; it
 /// runs when that thread blocks or its time slice ends. When the tokio and loop threads share
-/// a core, the tokio thread otherwise preempts the loop thread at each response it is handed,
-/// two context switches per request mid-batch; on a free core it runs at once either way.
+/// a core, a tokio thread doing I/O for the loop thread otherwise preempts it at each response
+/// it is handed, two context switches per request mid-batch; on a free core it runs at once.
 pub fn schedule_this_thread_as_batch() -> std::io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: pid 0 names the calling thread only; `param` is an initialised struct that lives
