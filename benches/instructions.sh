@@ -1,0 +1,38 @@
+#!/bin/bash
+# User-space instructions per request of a ferrule server, under callgrind: steadier than
+# requests/s on a noisy machine (this VM has no hardware counters for `perf stat`), so small
+# changes can be compared. Warm-up of 500 requests, then N measured ones (oha -c50).
+#
+#   benches/instructions.sh [--ferrule-path DIR] LOOP PATH [N] [APP]
+#   benches/instructions.sh --ferrule-path /tmp/ferrule-rel uvloop /hello 2000
+#   benches/instructions.sh asyncio /async 1000 fastapi_app:app
+#
+# Prints `Ir/request`; the callgrind file is kept for callgrind_annotate.
+set -euo pipefail
+FERRULE_PATH=""
+if [ "${1:-}" = "--ferrule-path" ]; then FERRULE_PATH=$2; shift 2; fi
+LOOP=${1:?loop: asyncio or uvloop}
+TARGET=${2:?path, e.g. /hello}
+N=${3:-2000}
+APP=${4:-apps:app}
+PORT=${PORT:-8390}
+PYTHON=$(python3 -c 'import sys; print(sys.executable)')  # not a shim: valgrind must see python
+OUT=$(mktemp -d /tmp/ferrule-callgrind.XXXXXX)/callgrind.out
+cd "$(dirname "$0")"
+PYTHONPATH=$FERRULE_PATH valgrind --tool=callgrind --callgrind-out-file="$OUT" \
+    "$PYTHON" -m ferrule "$APP" --port "$PORT" --loop "$LOOP" --no-access-log \
+    > "$OUT.log" 2>&1 &
+SERVER=$!
+trap 'kill -INT $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
+for _ in $(seq 120); do
+    curl -s -o /dev/null "http://127.0.0.1:$PORT$TARGET" && break
+    sleep 1
+done
+BODY=()
+[ "$TARGET" = "/echo" ] && BODY=(-m POST -d "$(head -c 10240 /dev/zero | tr '\0' x)")
+oha --no-tui -n 500 -c 50 "${BODY[@]}" "http://127.0.0.1:$PORT$TARGET" > /dev/null
+callgrind_control -z "$SERVER" > /dev/null 2>&1
+oha --no-tui -n "$N" -c 50 "${BODY[@]}" "http://127.0.0.1:$PORT$TARGET" > /dev/null
+callgrind_control -d "$SERVER" > /dev/null 2>&1
+TOTAL=$(callgrind_annotate "$OUT.1" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+echo "$LOOP $TARGET: $((TOTAL / N)) Ir/request ($OUT.1)"
