@@ -15,6 +15,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -173,9 +174,7 @@ impl Recorder {
         self.pending.extend_from_slice(data);
         // Parse only once a blank line may have arrived: a head sent a byte at a time must not
         // cost a parse per byte.
-        let from = before.saturating_sub(3);
-        let tail = &self.pending[from..];
-        if !tail.windows(2).any(|w| w == b"\n\n") && !tail.windows(3).any(|w| w == b"\n\r\n") {
+        if !may_end_head(&self.pending[before.saturating_sub(3)..]) {
             if self.pending.len() > self.max_head {
                 self.stop(); // hyper answers 431
             }
@@ -190,9 +189,11 @@ impl Recorder {
         if HTTP2_PREFACE.starts_with(&self.pending) {
             return &[]; // the preface's own blank line: wait for the rest of it
         }
-        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut request = httparse::Request::new(&mut slots);
-        let len = match request.parse(&self.pending) {
+        // Left uninitialised: httparse writes the slots it uses, and filling all 100 first
+        // cost more than parsing a small head.
+        let mut slots = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut request = httparse::Request::new(&mut []);
+        let len = match request.parse_with_uninit_headers(&self.pending, &mut slots) {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) => return &[],
             Err(_) => {
@@ -270,6 +271,17 @@ impl Recorder {
         };
         rest
     }
+}
+
+/// Whether `data` (the new bytes, with the 3 before them) holds a blank line, so a head may be
+/// complete. The usual request arrives whole and ends with one: checked first, before scanning.
+fn may_end_head(data: &[u8]) -> bool {
+    if data.ends_with(b"\n\r\n") || data.ends_with(b"\n\n") {
+        return true;
+    }
+    data.iter()
+        .enumerate()
+        .any(|(i, &b)| b == b'\n' && matches!(&data[i + 1..], [b'\n', ..] | [b'\r', b'\n', ..]))
 }
 
 /// A chunk-size line's size (extensions after `;` ignored), if it is valid hex that fits.
@@ -476,5 +488,16 @@ GET /c HTTP/1.1\r\nX: last\r\n\r\n";
         );
         let huge = vec![b'a'; 70 * 1024];
         assert!(record(&[b"GET / HTTP/1.1\r\nX: ", &huge]).is_empty());
+    }
+
+    #[test]
+    fn a_blank_line_is_found_wherever_it_falls() {
+        assert!(may_end_head(b"GET / HTTP/1.1\r\n\r\n"));
+        assert!(may_end_head(b"GET / HTTP/1.1\n\n"));
+        assert!(may_end_head(b"\r\n\r\nGET / HT"));
+        assert!(may_end_head(b"a\n\nb"));
+        assert!(!may_end_head(b"GET / HTTP/1.1\r\nHost: x\r\n"));
+        assert!(!may_end_head(b"\r\n\r"));
+        assert!(!may_end_head(b""));
     }
 }
