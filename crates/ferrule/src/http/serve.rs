@@ -635,7 +635,7 @@ async fn handle(
         shared.request_finished();
         return Ok(closing_response(StatusCode::BAD_REQUEST, &shared));
     }
-    if let Some(status) = refusal(&request, &shared) {
+    if let Some(status) = refusal(&request, raw_head.is_some(), &shared) {
         shared.request_finished();
         return Ok(closing_response(status, &shared));
     }
@@ -726,8 +726,13 @@ fn bridge_stats(shared: &ServerShared) -> Response<ResponseBody> {
 
 /// A request refused before the app sees it: headers over `MAX_HEAD_BYTES` in all (hyper
 /// enforces its buffer limit only when a head arrives in several reads), or a declared body over
-/// `limit_request_body` (hyper has already rejected malformed Content-Lengths).
-fn refusal(request: &Request<Incoming>, shared: &ServerShared) -> Option<StatusCode> {
+/// `limit_request_body` (hyper has already rejected malformed Content-Lengths). A `recorded`
+/// head's framing was checked already, on the raw lines (`RawHead::ambiguous`).
+fn refusal(
+    request: &Request<Incoming>,
+    recorded: bool,
+    shared: &ServerShared,
+) -> Option<StatusCode> {
     let headers = request.headers();
     let head_bytes: usize = headers
         .iter()
@@ -736,7 +741,7 @@ fn refusal(request: &Request<Incoming>, shared: &ServerShared) -> Option<StatusC
     if head_bytes > MAX_HEAD_BYTES {
         return Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
     }
-    if ambiguous_framing(headers) {
+    if !recorded && ambiguous_framing(headers) {
         return Some(StatusCode::BAD_REQUEST);
     }
     let limit = shared.limit_request_body?;
