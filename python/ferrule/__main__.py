@@ -135,6 +135,11 @@ def parser() -> argparse.ArgumentParser:
         default=20.0,
         help="seconds a ping may go unanswered before the socket closes with 1011 (default 20)",
     )
+    p.add_argument(
+        "--reset-contextvars",
+        action="store_true",
+        help="start each request from an empty contextvars context, not the server's",
+    )
     p.add_argument("--ssl-certfile", help="TLS: the certificate chain (PEM)")
     p.add_argument("--ssl-keyfile", help="TLS: the private key (PEM)")
     p.add_argument(

@@ -124,6 +124,7 @@ class HttpServer:
         stats_route: str | None = None,
         limit_max_requests: int | None = None,
         timeout_graceful_shutdown: float | None = None,
+        reset_contextvars: bool = False,
     ) -> None: ...
     def serve_tcp(self, fd: int) -> NativeFuture[None]:
         """Serve a listening TCP socket (ownership of ``fd`` passes to the server); the future

@@ -76,6 +76,9 @@ class Config:
     # uvicorn's defaults; None or 0 turns pings (or their timeout) off.
     ws_ping_interval: float | None = 20.0
     ws_ping_timeout: float | None = 20.0
+    # uvicorn's --reset-contextvars: each request (and WebSocket) starts from an empty
+    # contextvars context instead of a copy of the one the server started in.
+    reset_contextvars: bool = False
     budget: int = 128
     extra: dict[str, Any] = field(default_factory=dict)
 

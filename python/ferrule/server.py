@@ -152,6 +152,7 @@ async def _serve(
                 stats_route=config.stats_route,
                 limit_max_requests=limit_max_requests,
                 timeout_graceful_shutdown=config.timeout_graceful_shutdown,
+                reset_contextvars=config.reset_contextvars,
             )
         except ValueError as exc:  # TLS material rustls refuses, an invalid --header
             logger.error("%s", exc)
@@ -329,6 +330,8 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     args.append("--proxy-headers" if config.proxy_headers else "--no-proxy-headers")
     args.append("--server-header" if config.server_header else "--no-server-header")
     args.append("--date-header" if config.date_header else "--no-date-header")
+    if config.reset_contextvars:
+        args.append("--reset-contextvars")
     if config.limit_max_requests is not None:
         args += ["--limit-max-requests", str(config.limit_max_requests)]
         args += ["--limit-max-requests-jitter", str(config.limit_max_requests_jitter)]

@@ -50,6 +50,21 @@ pub fn copy_current_context(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyContext_CopyCurrent()) }
 }
 
+/// A copy of the context `ctx`, as `Context.copy` makes one.
+pub fn copy_context<'py>(ctx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: the GIL is held (the `Bound` proves it) and `ctx` is live. PyContext_Copy does not
+    // check the type, so it is checked first (a type-pointer comparison). It returns a new
+    // reference or NULL with an exception set, which `from_owned_ptr_or_err` turns into `Err`.
+    unsafe {
+        if ffi::PyContext_CheckExact(ctx.as_ptr()) == 0 {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "expected a contextvars.Context",
+            ));
+        }
+        Bound::from_owned_ptr_or_err(ctx.py(), ffi::PyContext_Copy(ctx.as_ptr()))
+    }
+}
+
 /// Makes `ctx` the calling thread's current context until `exit_context`, as `Context.run` does.
 pub fn enter_context(ctx: &Bound<'_, PyAny>) -> PyResult<()> {
     // SAFETY: the GIL is held (the `Bound` proves it) and `ctx` is live. PyContext_Enter checks the

@@ -60,13 +60,19 @@ pub struct Job {
 }
 
 impl Job {
-    /// A job for `awaitable` with a copy of the calling thread's context, as `create_task` does.
+    /// A job for `awaitable` that runs in `context`, or (`None`) in a copy of the calling
+    /// thread's context, as `create_task` does.
     pub fn new(
         py: Python<'_>,
         shared: &Arc<Shared>,
         awaitable: &Bound<'_, PyAny>,
         completion: Completion,
+        context: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let context = match context {
+            Some(context) => context,
+            None => ffi::copy_current_context(py)?,
+        };
         let coro = if awaitable.hasattr(intern!(py, "send"))? {
             awaitable.clone()
         } else {
@@ -76,7 +82,7 @@ impl Job {
             id: shared.next_job_id(),
             shared: shared.clone(),
             coro: coro.unbind(),
-            context: ffi::copy_current_context(py)?.unbind(),
+            context: context.unbind(),
             task: Mutex::new(None),
             drives: AtomicU32::new(0),
             resumable_since: AtomicU64::new(0),

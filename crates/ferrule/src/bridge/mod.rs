@@ -6,6 +6,7 @@
 //! - `job`: one driven coroutine (context, task identity, what it waits on, its completion).
 //! - `asyncio`: cached asyncio callables and the per-coroutine `DriverTask`.
 //! - `native`: `NativeFuture`, the awaitable resolved from Rust.
+//! - `context`: `RequestContext`, the contextvars each request runs in.
 //! - `queue`: `ReadyQueue` and the `tokio_driving` flag.
 //! - `gate`: `GatedSelector`, exclusive drives for tokio threads on selector loops.
 //! - `waker`: the eventfd that wakes the loop thread without the GIL.
@@ -13,6 +14,7 @@
 //! - `counters`: what the bridge counts; `ffi`: the only `unsafe`.
 
 mod asyncio;
+mod context;
 mod counters;
 mod driver;
 mod ffi;
@@ -39,6 +41,7 @@ use pyo3::types::PyDict;
 
 use self::asyncio::AsyncioApi;
 pub use self::asyncio::TaskPath;
+pub use self::context::RequestContext;
 use self::counters::bump;
 pub use self::counters::Counters;
 use self::driver::{drive, Place};
@@ -132,16 +135,18 @@ impl Shared {
 
     /// Makes `coro` a job whose result goes to `completion`, and gives it its first drive on
     /// this thread: how the server starts every app coroutine, on a tokio thread or (see
-    /// `start_on_loop`) on the loop thread. `received` is the trace mark of the request's
-    /// arrival (0 when not traced): its first drive records the wait.
+    /// `start_on_loop`) on the loop thread. It runs in `context`, which nothing else may enter.
+    /// `received` is the trace mark of the request's arrival (0 when not traced): its first
+    /// drive records the wait.
     pub fn start(
         self: &Arc<Self>,
         py: Python<'_>,
         coro: &Bound<'_, PyAny>,
         completion: Completion,
+        context: Bound<'_, PyAny>,
         received: u64,
     ) -> PyResult<()> {
-        let job = Bound::new(py, Job::new(py, self, coro, completion)?)?;
+        let job = Bound::new(py, Job::new(py, self, coro, completion, Some(context))?)?;
         job.get().mark_resumable(received);
         self.remember_job(&job);
         if self.on_loop_thread() {
@@ -419,6 +424,7 @@ impl Bridge {
             &self.shared,
             coro,
             Completion::Future(future.clone().unbind()),
+            None,
         )?;
         let job = Bound::new(py, job)?;
         let cancel = CancelJobWithFuture {

@@ -21,7 +21,7 @@ use pyo3::types::{PyBytes, PyDict, PyString};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::bridge::{self, trace, Bridge, Completion, NativeFuture, ResumeVia};
+use crate::bridge::{self, trace, Bridge, Completion, NativeFuture, RequestContext, ResumeVia};
 use crate::ws;
 
 use super::callbacks::{on_app_done, AccessInfo};
@@ -40,6 +40,7 @@ pub struct ServerShared {
     pub root_path: Py<PyString>,
     pub state: Option<Py<PyDict>>,
     pub scope_template: ScopeTemplate,
+    pub request_context: RequestContext,
     pub error_logger: Py<PyAny>,
     /// Peers whose `X-Forwarded-For` / `X-Forwarded-Proto` the scope follows.
     pub proxies: TrustedProxies,
@@ -183,7 +184,7 @@ pub struct HttpServer {
 #[pymethods]
 impl HttpServer {
     #[new]
-    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, date_header=true, headers=None, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216, ws_max_queue=32, ws_ping_interval=None, ws_ping_timeout=None, stats_route=None, limit_max_requests=None, timeout_graceful_shutdown=None))]
+    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, date_header=true, headers=None, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216, ws_max_queue=32, ws_ping_interval=None, ws_ping_timeout=None, stats_route=None, limit_max_requests=None, timeout_graceful_shutdown=None, reset_contextvars=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -214,6 +215,7 @@ impl HttpServer {
         stats_route: Option<String>,
         limit_max_requests: Option<u64>,
         timeout_graceful_shutdown: Option<f64>,
+        reset_contextvars: bool,
     ) -> PyResult<Self> {
         let versions = HttpVersions::from_option(http)?;
         let stop = watch::channel(None).0;
@@ -289,6 +291,7 @@ impl HttpServer {
             root_path: root_path.unbind(),
             state,
             scope_template,
+            request_context: RequestContext::new(py, reset_contextvars)?,
             error_logger: error_logger.unbind(),
             proxies: TrustedProxies::new(trusted_proxies),
             access_logger: access_enabled.then(|| access_logger.unbind()),
@@ -787,7 +790,9 @@ fn start_app(
     received: u64,
 ) -> PyResult<()> {
     let shared = &exchange.server;
-    let coro = call_app(py, exchange, head, conn)?;
+    let (coro, context) = shared
+        .request_context
+        .run(py, || call_app(py, exchange, head, conn))?;
     // From here the completion owns the access info; if making the job fails, the caller's
     // fallback logs the error without an access line.
     let access = access.take();
@@ -795,7 +800,9 @@ fn start_app(
     let completion = Completion::Callback(Box::new(move |py, result| {
         on_app_done(py, &finishing, access.as_ref(), result)
     }));
-    shared.bridge.start(py, &coro, completion, received)
+    shared
+        .bridge
+        .start(py, &coro, completion, context, received)
 }
 
 /// `app(scope, receive, send)`: the coroutine to drive.

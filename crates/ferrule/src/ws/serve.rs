@@ -131,13 +131,16 @@ fn start_app(
             exchange: exchange.clone(),
         },
     )?;
-    let coro = shared.app.bind(py).call1((scope, receive, send))?;
+    let app = shared.app.bind(py);
+    let (coro, context) = shared
+        .request_context
+        .run(py, || app.call1((scope, receive, send)))?;
     let finishing = exchange.clone();
     let completion = Completion::Callback(Box::new(move |py, result| {
         on_app_done(py, &finishing, result)
     }));
     // WebSocket sessions are not traced: the trace times requests.
-    shared.bridge.start(py, &coro, completion, 0)
+    shared.bridge.start(py, &coro, completion, context, 0)
 }
 
 /// The HTTP scope of the upgrade request, made a `websocket` one (ASGI websocket spec 2.4).
