@@ -6,9 +6,12 @@
     python benches/run.py --ferrule-path DIR    # ferrule imported from DIR (a release wheel
                                                 # unpacked with pip install --no-deps --target)
 
-Each server is pinned to CPU 0 with taskset and wrk to CPU 1 (`wrk -t1 -c50 --latency`). For
-each scenario: a warm-up, then `--repeats` runs of `--duration` seconds; the table gives the
-median of each column over the repeats (errors and non-2xx are summed). The HTTP/2 scenario
+Each server is pinned to CPU 0 with taskset and wrk to CPU 1 (`wrk -t1 -c50 --latency`). All
+servers of one app module run at once (idle ones cost nothing); for each scenario, each is
+warmed up, then measured in `--repeats` rounds of one `--duration`-second run per server, so
+the servers compared take turns within the same minute (this machine's speed drifts by tens of
+percent over minutes). The table gives the median of each column over the repeats (errors and
+non-2xx are summed). The HTTP/2 scenario
 (h2-hello) is driven by h2load instead (`h2load -c10 -m10`, h2c with prior knowledge, each
 run with its own `--warm-up-time`; p50/p99 from its per-request log), against the servers that
 speak HTTP/2: ferrule and granian (`--http 2`); the others show '-'. Then, if oha is
@@ -60,7 +63,6 @@ from harness import (
     run_oha,
     run_wrk,
     scratch_dir,
-    serving,
     wrk_script,
 )
 
@@ -180,75 +182,122 @@ def closed_loop(
     return lambda seconds: run_wrk(url, seconds, args.connections, script)
 
 
-def measure_cell(
-    server: Server, proc: ServerProcess, scenario: Scenario, tmp: Path, args, progress
-) -> Cell:
-    """Closed loop: a warm-up, then the repeats; the median of each column."""
-    run = closed_loop(scenario, proc.url(scenario.path), tmp, args)
-    if args.warmup and scenario.http == "1":  # h2load warms up inside each run
-        progress.show(f"{server.name} {scenario.name}: warm-up {args.warmup}s")
-        run(args.warmup)
-    before = proc.bridge_counters()
-    runs = []
-    for i in range(args.repeats):
-        progress.show(f"{server.name} {scenario.name}: repeat {i + 1}/{args.repeats}")
-        runs.append(run(args.duration))
-        if runs[-1].requests == 0:
-            raise RuntimeError(f"0 requests in {args.duration} s: the server stopped answering")
-        progress.step(f"{server.name} {scenario.name}: {runs[-1].rps:,.0f} req/s")
-    return Cell(
-        rps=statistics.median(r.rps for r in runs),
-        p50_ms=statistics.median(r.p50_ms for r in runs),
-        p99_ms=statistics.median(r.p99_ms for r in runs),
-        errors=sum(r.errors for r in runs),
-        non_2xx=sum(r.non_2xx for r in runs),
-        relay=relay_per_request(before, proc.bridge_counters(), sum(r.requests for r in runs)),
-    )
+class Group:
+    """Every server serving one app module over one HTTP version, all running at once (idle
+    ones cost nothing), so each scenario's servers are measured turn about within the same
+    minute: on a machine whose speed drifts by tens of percent from one minute to the next,
+    measuring one server's whole column before the next one's skewed the ratios."""
+
+    def __init__(self, app: str, http: str, tmp: Path, failures: list[str]) -> None:
+        self.app, self.http, self.tmp, self.failures = app, http, tmp, failures
+        self.procs: dict[str, ServerProcess] = {}
+
+    def start(self, server: Server, probe_path: str, progress: Progress) -> bool:
+        progress.show(f"{server.name}: starting with {self.app}, HTTP/{self.http}")
+        proc = ServerProcess(server, self.app, self.tmp, self.http)
+        try:
+            proc.wait_ready(probe_path)
+        except MEASURE_ERRORS as exc:
+            proc.stop()
+            self.failures.append(f"{server.name} on {self.app}: {exc}")
+            return False
+        self.procs[server.name] = proc
+        return True
+
+    def failed(self, server: Server, scenario: Scenario, exc: Exception, probe_path: str, progress):
+        """Records the failure and restarts the server for the scenarios left, so one stalled
+        server does not take the rest of its column with it."""
+        proc = self.procs.pop(server.name)
+        self.failures.append(f"{server.name} {scenario.name}: {exc}\n{proc.log_tail(8)}")
+        progress.show(f"{server.name} {scenario.name} FAILED")
+        proc.stop()
+        self.start(server, probe_path, progress)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.stop()
+        self.procs.clear()
 
 
-def each_server(
+def each_scenario(
     servers: list[Server],
     scenarios: list[Scenario],
-    measure: Callable[[Server, ServerProcess, Scenario, Path], None],
+    measure: Callable[[Group, Scenario, list[Server]], None],
     progress: Progress,
-    steps: int,
-    failures: list[str],
-) -> None:
-    """Start each server once per app module and HTTP version, and `measure` every scenario
-    of that module and version that the server serves.
-
-    A scenario that fails is recorded in `failures`, and the server is restarted for the
-    scenarios left, so one stalled server does not take the rest of its column with it."""
+) -> list[str]:
+    """For each app module and HTTP version, start every server that serves any of its
+    scenarios, then `measure` each scenario with the servers that serve it and are up.
+    Returns the failures."""
+    failures: list[str] = []
     groups = list(dict.fromkeys((s.module, s.http) for s in scenarios))
     with scratch_dir() as tmp_name:
-        tmp = Path(tmp_name)
-        for server in servers:
-            for module, http in groups:
-                app = f"{module}:app"
-                pending = [
-                    s
-                    for s in scenarios
-                    if (s.module, s.http) == (module, http) and server.serves(s)
-                ]
-                while pending:
-                    progress.show(f"{server.name}: starting with {app}, HTTP/{http}")
-                    try:
-                        with serving(server, app, pending[0].path, tmp, http) as proc:
-                            while pending:
-                                scenario = pending.pop(0)
-                                after = progress.done + steps
-                                try:
-                                    measure(server, proc, scenario, tmp)
-                                except MEASURE_ERRORS as exc:
-                                    tail = proc.log_tail(8)
-                                    failures.append(f"{server.name} {scenario.name}: {exc}\n{tail}")
-                                    progress.done = after
-                                    progress.show(f"{server.name} {scenario.name} FAILED")
-                                    break  # and restart the server for the scenarios left
-                    except MEASURE_ERRORS as exc:  # the server did not start
-                        failures.append(f"{server.name} on {app}: {exc}")
-                        progress.done += steps * len(pending)
-                        pending = []
+        for module, http in groups:
+            mine = [s for s in scenarios if (s.module, s.http) == (module, http)]
+            group = Group(f"{module}:app", http, Path(tmp_name), failures)
+            try:
+                for server in servers:
+                    served = [s for s in mine if server.serves(s)]
+                    if served:
+                        group.start(server, served[0].path, progress)
+                for scenario in mine:
+                    # A server that did not start is in `failures` already.
+                    live = [s for s in servers if s.serves(scenario) and s.name in group.procs]
+                    measure(group, scenario, live)
+            finally:
+                group.stop()
+    return failures
+
+
+def measure_closed_loop(
+    group: Group, scenario: Scenario, servers: list[Server], args, progress
+) -> dict[str, Cell]:
+    """Closed loop: a warm-up of each server, then the repeats in rounds, one run of each
+    server per round, starting one server further along each round (so no server always goes
+    first); the median of each column."""
+    procs = group.procs
+    runs: dict[str, list] = {s.name: [] for s in servers}
+    before = {}
+    for server in servers:
+        proc = procs[server.name]
+        if args.warmup and scenario.http == "1":  # h2load warms up inside each run
+            progress.show(f"{server.name} {scenario.name}: warm-up {args.warmup}s")
+            closed_loop(scenario, proc.url(scenario.path), group.tmp, args)(args.warmup)
+        before[server.name] = proc.bridge_counters()
+    live = list(servers)
+    for i in range(args.repeats):
+        order = live[i % len(live) :] + live[: i % len(live)] if live else []
+        for server in order:
+            if server.name not in runs:
+                continue  # failed earlier in this scenario
+            progress.show(f"{server.name} {scenario.name}: repeat {i + 1}/{args.repeats}")
+            proc = procs[server.name]
+            try:
+                result = closed_loop(scenario, proc.url(scenario.path), group.tmp, args)(
+                    args.duration
+                )
+                if result.requests == 0:
+                    raise RuntimeError(
+                        f"0 requests in {args.duration} s: the server stopped answering"
+                    )
+            except MEASURE_ERRORS as exc:
+                del runs[server.name]
+                progress.done += args.repeats - i
+                group.failed(server, scenario, exc, scenario.path, progress)
+                continue
+            runs[server.name].append(result)
+            progress.step(f"{server.name} {scenario.name}: {result.rps:,.0f} req/s")
+    cells = {}
+    for name, results in runs.items():
+        counted = sum(r.requests for r in results)
+        cells[name] = Cell(
+            rps=statistics.median(r.rps for r in results),
+            p50_ms=statistics.median(r.p50_ms for r in results),
+            p99_ms=statistics.median(r.p99_ms for r in results),
+            errors=sum(r.errors for r in results),
+            non_2xx=sum(r.non_2xx for r in results),
+            relay=relay_per_request(before[name], procs[name].bridge_counters(), counted),
+        )
+    return cells
 
 
 def open_loop_rates(cells: dict, scenarios: list[Scenario], fraction: float) -> dict[str, int]:
@@ -266,35 +315,41 @@ def run_servers(servers: list[Server], scenarios: list[Scenario], args) -> tuple
     """Every (server, scenario): closed loop with wrk, then (if oha is there) open loop."""
     cells: dict[tuple[str, str], Cell] = {}
     open_loop: dict[tuple[str, str], OhaResult] = {}
-    failures: list[str] = []
     with_oha = args.open_loop and oha_path() is not None
     per_cell = args.repeats + (1 if with_oha else 0)
     cell_count = sum(server.serves(s) for server in servers for s in scenarios)
     progress = Progress(cell_count * per_cell)
 
-    def closed(server, proc, scenario, tmp):
-        cells[server.name, scenario.name] = measure_cell(
-            server, proc, scenario, tmp, args, progress
-        )
+    def closed(group: Group, scenario: Scenario, live: list[Server]) -> None:
+        for name, cell in measure_closed_loop(group, scenario, live, args, progress).items():
+            cells[name, scenario.name] = cell
 
-    each_server(servers, scenarios, closed, progress, args.repeats, failures)
+    failures = each_scenario(servers, scenarios, closed, progress)
     if with_oha:
         rates = open_loop_rates(cells, scenarios, args.open_loop_fraction)
 
-        def opened(server, proc, scenario, tmp):
-            if scenario.name not in rates:
-                progress.step(f"{server.name} {scenario.name}: no rate, skipped")
-                return
-            rate = rates[scenario.name]
-            progress.show(f"{server.name} {scenario.name}: open loop at {rate:,} req/s")
-            url = proc.url(scenario.path)
-            if args.warmup:
-                run_oha(url, args.warmup, args.connections, rate, scenario)
-            result = run_oha(url, args.duration, args.connections, rate, scenario)
-            open_loop[server.name, scenario.name] = result
-            progress.step(f"{server.name} {scenario.name}: open-loop p99 {result.p99_ms:.2f} ms")
+        def opened(group: Group, scenario: Scenario, live: list[Server]) -> None:
+            for server in live:
+                if scenario.name not in rates:
+                    progress.step(f"{server.name} {scenario.name}: no rate, skipped")
+                    continue
+                rate = rates[scenario.name]
+                progress.show(f"{server.name} {scenario.name}: open loop at {rate:,} req/s")
+                url = group.procs[server.name].url(scenario.path)
+                try:
+                    if args.warmup:
+                        run_oha(url, args.warmup, args.connections, rate, scenario)
+                    result = run_oha(url, args.duration, args.connections, rate, scenario)
+                except MEASURE_ERRORS as exc:
+                    progress.done += 1
+                    group.failed(server, scenario, exc, scenario.path, progress)
+                    continue
+                open_loop[server.name, scenario.name] = result
+                progress.step(
+                    f"{server.name} {scenario.name}: open-loop p99 {result.p99_ms:.2f} ms"
+                )
 
-        each_server(servers, scenarios, opened, progress, 1, failures)
+        failures += each_scenario(servers, scenarios, opened, progress)
     elif args.open_loop:
         failures.append("oha not found (cargo install oha): open-loop latency skipped")
     progress.finish()
