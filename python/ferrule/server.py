@@ -311,6 +311,8 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     args += ["--lifespan", config.lifespan, "--root-path", config.root_path]
     args += ["--timeout-keep-alive", str(config.timeout_keep_alive)]
     args += ["--backlog", str(config.backlog)]
+    if config.uds:  # what the worker reports; it serves the inherited socket (--fd)
+        args += ["--uds", config.uds]
     if config.app_dir is not None:
         args += ["--app-dir", os.path.abspath(config.app_dir)]
     if config.factory:
