@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import httpx
 from serverutil import ServerProcess, is_clean_exit, pid_alive, poll, running_server
@@ -106,3 +107,19 @@ def test_ctrl_c_to_process_group_stops_cleanly() -> None:
         )
     assert is_clean_exit(code), server.describe()
     assert "Traceback" not in server.stderr, server.describe()
+
+
+def test_workers_serve_a_unix_socket(tmp_path: Path) -> None:
+    """Rule: with --workers and --uds PATH, the workers serve the parent's unix socket. Seen
+    failing before the workers were given the path: each died at startup with "TypeError:
+    'None' is not an instance of 'str'" and was replaced, again and again (19 workers in
+    3 s); no response (read timed out)."""
+    path = tmp_path / "workers.sock"
+    with running_server("workers_app:app", "--workers", str(WORKERS), "--uds", str(path)) as srv:
+        transport = httpx.HTTPTransport(uds=str(path))
+        with httpx.Client(transport=transport, timeout=5, trust_env=False) as client:
+            pids = {client.get("http://localhost/").json()["pid"] for _ in range(10)}
+        time.sleep(0.5)
+        started = srv.stderr.count("Started worker process")
+    assert pids and srv.pid not in pids
+    assert started == WORKERS, srv.describe()

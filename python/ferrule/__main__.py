@@ -35,7 +35,41 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="bind to this port (0: any free one)")
     p.add_argument("--uds", help="bind to this Unix domain socket instead")
     p.add_argument("--fd", type=int, help=argparse.SUPPRESS)  # a worker's inherited socket
-    p.add_argument("--workers", type=int, default=1, help="number of worker processes")
+    p.add_argument(
+        "--workers", type=int, default=1, help="number of worker processes (not with --reload)"
+    )
+    p.add_argument(
+        "--reload", action="store_true", help="restart the server when a watched file changes"
+    )
+    p.add_argument(
+        "--reload-dir",
+        action="append",
+        dest="reload_dirs",
+        metavar="DIR",
+        help="watch this directory (repeatable; default: the current directory)",
+    )
+    p.add_argument(
+        "--reload-include",
+        action="append",
+        dest="reload_includes",
+        metavar="GLOB",
+        help="also watch the files matching this glob (repeatable; besides '*.py')",
+    )
+    p.add_argument(
+        "--reload-exclude",
+        action="append",
+        dest="reload_excludes",
+        metavar="GLOB",
+        help="do not watch the files and directories matching this glob (repeatable; "
+        "besides '.*', '.py[cod]', '.sw.*', '~*')",
+    )
+    p.add_argument(
+        "--reload-delay",
+        type=float,
+        default=0.25,
+        metavar="SECONDS",
+        help="seconds between two looks at the watched files (default 0.25)",
+    )
     p.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto")
     p.add_argument("--app-dir", default=".", help="put this directory first on sys.path")
     p.add_argument("--factory", action="store_true", help="APP is a factory returning the app")

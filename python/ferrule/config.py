@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -34,6 +35,16 @@ class Config:
     uds: str | None = None
     fd: int | None = None
     workers: int = 1
+    # uvicorn's --reload: a parent process restarts the worker when a watched file changes.
+    reload: bool = False
+    # Watched directories (default: the current one) ...
+    reload_dirs: list[str] | str | None = None
+    # ... and in them, the files matching an include glob and no exclude glob (added to
+    # uvicorn's defaults, "*.py" and ".*", ".py[cod]", ".sw.*", "~*"; see server.WatchedFiles).
+    reload_includes: list[str] | str | None = None
+    reload_excludes: list[str] | str | None = None
+    # Seconds between two looks at the files.
+    reload_delay: float = 0.25
     loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     app_dir: str | None = "."
     factory: bool = False
@@ -99,6 +110,14 @@ class Config:
             raise ValueError(f"ws must be auto or none, not {self.ws!r}")
         if self.lifespan not in ("auto", "on", "off"):
             raise ValueError(f"lifespan must be auto, on or off, not {self.lifespan!r}")
+        if not 0 < self.reload_delay < float("inf"):
+            raise ValueError(f"reload_delay must be more than 0 seconds, not {self.reload_delay}")
+        self.reload_dirs = as_list(self.reload_dirs)
+        self.reload_includes = as_list(self.reload_includes)
+        self.reload_excludes = as_list(self.reload_excludes)
+        for directory in self.reload_dirs:
+            if not os.path.isdir(directory):
+                raise ValueError(f"reload_dirs: {directory!r} is not a directory")
         self.headers = [parse_header(h) if isinstance(h, str) else h for h in self.headers or []]
 
     @property
@@ -141,6 +160,13 @@ class Config:
         if not callable(app):
             raise AppLoadError(f"Error loading ASGI app: {self.app!r} is not callable.")
         return app
+
+
+def as_list(value: list[str] | str | None) -> list[str]:
+    """An option given as one string, a list of them, or nothing, as a list."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
 
 
 def raise_descriptor_limit() -> int:

@@ -1,16 +1,21 @@
-"""Running the server: one process (`serve`), or a supervisor of worker processes."""
+"""Running the server: one process (`serve`), a supervisor of worker processes, or a
+reloader restarting one worker when the source changes."""
 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import logging
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from ferrule import tls
@@ -41,13 +46,24 @@ def run(app: Any, **options: Any) -> int:
         logger.error("%s", exc)
         return 1
     configure_logging(config.log_level_number)
-    if config.workers > 1:
+    reload_options = config.reload_dirs or config.reload_includes or config.reload_excludes
+    if reload_options and not config.reload:
+        logger.warning("The reload options have no effect without reload (--reload).")
+    if config.reload or config.workers > 1:
         if not isinstance(config.app, str):
-            logger.error("You must pass the application as an import string to use workers.")
+            logger.error(
+                "You must pass the application as an import string to enable 'reload' or 'workers'."
+            )
             return 1
         if isinstance(config.log_config, dict):
-            logger.error("With workers, log_config must be a file: they read it themselves.")
+            logger.error(
+                "With reload or workers, log_config must be a file: the workers read it themselves."
+            )
             return 1
+        if config.reload:
+            if config.workers > 1:
+                logger.warning('"workers" flag is ignored when reloading is enabled.')
+            return Reloader(config).run()
         return Supervisor(config).run()
     return serve(config)
 
@@ -258,7 +274,7 @@ class Supervisor:
         logger.info("Started parent process [%d]", os.getpid())
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_signal)
-        self.workers = [self._spawn(sock) for _ in range(self.config.workers)]
+        self.workers = [spawn_worker(self.config, sock) for _ in range(self.config.workers)]
         while not self.stopping:
             for i, worker in enumerate(self.workers):
                 if worker.poll() is not None and not self.stopping:
@@ -270,18 +286,9 @@ class Supervisor:
                             worker.pid,
                             worker.returncode,
                         )
-                    self.workers[i] = self._spawn(sock)
+                    self.workers[i] = spawn_worker(self.config, sock)
             time.sleep(0.1)
-        for worker in self.workers:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + (self.config.timeout_graceful_shutdown or 30) + 5
-        for worker in self.workers:
-            try:
-                worker.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+        stop_workers(self.config, self.workers)
         sock.close()
         logger.info("Stopping parent process [%d]", os.getpid())
         return 0
@@ -289,21 +296,211 @@ class Supervisor:
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.stopping = True
 
-    def _spawn(self, sock: socket.socket) -> subprocess.Popen[bytes]:
-        args = worker_arguments(self.config, sock.fileno())
-        env = None
-        if self.config.ssl_keyfile_password is not None:
-            # Not on the command line, which any user can read with ps; a process's
-            # environment is readable only by its owner.
-            env = {**os.environ, KEY_PASSWORD_ENV: self.config.ssl_keyfile_password}
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "ferrule", *args],
-            pass_fds=(sock.fileno(),),
-            start_new_session=False,
-            env=env,
+
+class Reloader:
+    """``--reload``: one worker process, as ``Supervisor`` starts them (it never watches), on a
+    socket this process binds once and keeps, so the port stays open across restarts. Every
+    ``reload_delay`` seconds the watched files' mtimes are compared with the last look; on a
+    change the worker is stopped gracefully and a new one started. A worker that fails (a
+    syntax error, an import error) is not restarted until the next change."""
+
+    name = "StatReload"
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.files = WatchedFiles(
+            config.reload_dirs or [os.getcwd()],
+            includes=config.reload_includes or [],
+            excludes=config.reload_excludes or [],
         )
-        logger.info("Started worker process [%d]", worker.pid)
-        return worker
+        self.should_exit = threading.Event()
+
+    def run(self) -> int:
+        try:
+            sock = listening_socket(self.config)
+        except OSError as exc:
+            logger.error("%s", exc)
+            return 1
+        sock.set_inheritable(True)
+        logger.info("Will watch for changes in these directories: %s", sorted(self.files.dirs))
+        logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
+        logger.info("Started reloader process [%d] using %s", os.getpid(), self.name)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._on_signal)
+        seen = self.files.snapshot()
+        worker: subprocess.Popen[bytes] | None = spawn_worker(self.config, sock)
+        # Event.wait, not sleep: a signal wakes it at once.
+        while not self.should_exit.wait(self.config.reload_delay):
+            if worker is not None and worker.poll() is not None:
+                if worker.returncode == 0:  # it stopped itself: --limit-max-requests
+                    logger.info("Worker [%d] finished; starting a new one", worker.pid)
+                    worker = spawn_worker(self.config, sock)
+                else:
+                    logger.warning(
+                        "Worker [%d] died (%s); waiting for file changes to start it again",
+                        worker.pid,
+                        worker.returncode,
+                    )
+                    worker = None
+            now = self.files.snapshot()
+            changes = changed_files(seen, now)
+            seen = now
+            if not changes:
+                continue
+            logger.warning(
+                "%s detected changes in %s. Reloading...", self.name, self.files.describe(changes)
+            )
+            if worker is not None:
+                stop_workers(self.config, [worker])
+            if self.should_exit.is_set():
+                worker = None
+                break
+            # Changes made while the old worker stopped are in the new one: not seen again.
+            seen = self.files.snapshot()
+            worker = spawn_worker(self.config, sock)
+        if worker is not None:
+            stop_workers(self.config, [worker])
+        sock.close()
+        logger.info("Stopping reloader process [%d]", os.getpid())
+        return 0
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.should_exit.set()
+
+
+def spawn_worker(config: Config, sock: socket.socket) -> subprocess.Popen[bytes]:
+    """A worker process (``python -m ferrule``) serving the inherited ``sock``; it imports the
+    app itself."""
+    args = worker_arguments(config, sock.fileno())
+    env = None
+    if config.ssl_keyfile_password is not None:
+        # Not on the command line, which any user can read with ps; a process's
+        # environment is readable only by its owner.
+        env = {**os.environ, KEY_PASSWORD_ENV: config.ssl_keyfile_password}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ferrule", *args],
+        pass_fds=(sock.fileno(),),
+        start_new_session=False,
+        env=env,
+    )
+    logger.info("Started worker process [%d]", worker.pid)
+    return worker
+
+
+def stop_workers(config: Config, workers: Iterable[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each running worker, then wait for all: the graceful-shutdown timeout (30 s
+    if none) and 5 s more, after which a worker still running is killed."""
+    workers = list(workers)
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + (config.timeout_graceful_shutdown or 30) + 5
+    for worker in workers:
+        try:
+            worker.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+
+
+#: uvicorn's defaults: ``--reload-include`` and ``--reload-exclude`` add to these (a default
+#: named by the other option is dropped: ``--reload-exclude '*.py'``, ``--reload-include '.*'``).
+DEFAULT_RELOAD_INCLUDES = ("*.py",)
+DEFAULT_RELOAD_EXCLUDES = (".*", ".py[cod]", ".sw.*", "~*")
+
+
+class WatchedFiles:
+    """The files ``--reload`` watches: under ``dirs``, those matching an include glob and no
+    exclude glob. A glob matches the file's name or, if it has a ``/``, its path relative to
+    the watched directory. Directories matching an exclude glob (``.git``, ``.venv``) are not
+    entered, nor ``__pycache__``, a virtualenv (holding ``pyvenv.cfg``), a cache directory
+    (holding ``CACHEDIR.TAG``: cargo's ``target``, ``.pytest_cache``) or a symbolic link."""
+
+    def __init__(self, dirs: Iterable[str], includes: list[str], excludes: list[str]) -> None:
+        roots = sorted({os.path.abspath(d) for d in dirs})
+        # A directory inside another is watched as part of it.
+        self.dirs = [d for d in roots if not any(_under(d, other) for other in roots)]
+        self.includes = _Globs([p for p in DEFAULT_RELOAD_INCLUDES if p not in excludes] + includes)
+        self.excludes = _Globs([p for p in DEFAULT_RELOAD_EXCLUDES if p not in includes] + excludes)
+
+    def snapshot(self) -> dict[str, tuple[int, int]]:
+        """(mtime in ns, size) of each watched file, by absolute path: one stat per file,
+        none per directory (``os.scandir`` tells files from directories), nothing read."""
+        found: dict[str, tuple[int, int]] = {}
+        included, excluded = self.includes, self.excludes
+        for root in self.dirs:
+            start = len(os.path.join(root, ""))
+            pending = [root]
+            while pending:
+                directory = pending.pop()
+                try:
+                    with os.scandir(directory) as listing:
+                        entries = list(listing)
+                except OSError:  # removed meanwhile, or unreadable
+                    continue
+                if directory != root and any(e.name in SKIPPED_IF_HOLDING for e in entries):
+                    continue
+                for entry in entries:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            if entry.name != "__pycache__" and not excluded(entry, start):
+                                pending.append(entry.path)
+                        elif included(entry, start) and not excluded(entry, start):
+                            stat = entry.stat()
+                            found[entry.path] = (stat.st_mtime_ns, stat.st_size)
+                    except OSError:  # removed meanwhile, or a dangling symbolic link
+                        continue
+        return found
+
+    def describe(self, paths: list[str], most: int = 10) -> str:
+        """``'app.py', 'pkg/models.py'``: relative to the current directory when under it (as
+        uvicorn shows them), else to the watched directory."""
+        shown = []
+        for path in paths[:most]:
+            for base in [os.getcwd(), *self.dirs]:
+                if _under(path, base):
+                    path = os.path.relpath(path, base)
+                    break
+            shown.append(f"'{path}'")
+        if len(paths) > most:
+            shown.append(f"and {len(paths) - most} more")
+        return ", ".join(shown)
+
+
+#: A directory holding one of these is not watched: a virtualenv, a cache directory.
+SKIPPED_IF_HOLDING = frozenset(("pyvenv.cfg", "CACHEDIR.TAG"))
+
+
+def changed_files(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> list[str]:
+    """The paths modified, created or deleted between two snapshots, sorted."""
+    return sorted(
+        path for path in before.keys() | after.keys() if before.get(path) != after.get(path)
+    )
+
+
+def _under(path: str, directory: str) -> bool:
+    return path != directory and path.startswith(os.path.join(directory, ""))
+
+
+class _Globs:
+    """Globs without ``/`` matched against a directory entry's name, the others against its
+    path relative to the watched directory (``path[start:]``)."""
+
+    def __init__(self, globs: list[str]) -> None:
+        unique = dict.fromkeys(globs)
+        self.name = _regex([g for g in unique if "/" not in g])
+        self.path = _regex([g for g in unique if "/" in g])
+
+    def __call__(self, entry: os.DirEntry[str], start: int) -> bool:
+        if self.name is not None and self.name.match(entry.name):
+            return True
+        return self.path is not None and self.path.match(entry.path[start:]) is not None
+
+
+def _regex(globs: list[str]) -> re.Pattern[str] | None:
+    return re.compile("|".join(map(fnmatch.translate, globs))) if globs else None
 
 
 def worker_arguments(config: Config, fd: int) -> list[str]:
@@ -312,6 +509,8 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     args += ["--lifespan", config.lifespan, "--root-path", config.root_path]
     args += ["--timeout-keep-alive", str(config.timeout_keep_alive)]
     args += ["--backlog", str(config.backlog)]
+    if config.uds:  # what the worker reports; it serves the inherited socket (--fd)
+        args += ["--uds", config.uds]
     if config.app_dir is not None:
         args += ["--app-dir", os.path.abspath(config.app_dir)]
     if config.factory:
