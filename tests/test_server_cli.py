@@ -65,6 +65,7 @@ OPTIONS = [
     "--limit-max-requests",
     "--limit-max-requests-jitter",
     "--version",
+    "--reset-contextvars",
 ]
 
 
