@@ -24,7 +24,7 @@ mod native;
 mod queue;
 pub mod runtime;
 pub mod trace;
-mod waker;
+pub mod waker;
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -92,8 +92,8 @@ pub struct Shared {
     scheduled: Option<Py<PyAny>>,
     pub(crate) queue: ReadyQueue,
     pub(crate) gate: LoopGate,
-    pub(crate) waker: LoopWaker,
-    pub counters: Counters,
+    pub(crate) waker: Arc<LoopWaker>,
+    pub counters: Arc<Counters>,
     pub trace: Trace,
     jobs: Mutex<HashMap<u64, Py<Job>, BuildHasherDefault<JobIdHasher>>>,
     next_id: AtomicU64,
@@ -221,9 +221,14 @@ impl Shared {
         )
     }
 
+    /// Wakes the loop thread: at once, or in loop-only mode when this tokio worker runs out
+    /// of work (see `waker`).
     fn wake(&self) {
-        if self.waker.wake() {
-            bump(&self.counters.wakes);
+        match self.mode {
+            Mode::LoopOnly => self.waker.wake_soon(),
+            Mode::Gated => {
+                self.waker.wake();
+            }
         }
     }
 
@@ -468,22 +473,31 @@ impl Bridge {
         // scenario lost a quarter of its requests/s that way). FERRULE_IO_SCHED=normal opts out.
         let batch = mode == Mode::LoopOnly
             && std::env::var("FERRULE_IO_SCHED").map_or(true, |policy| policy != "normal");
+        let counters = Arc::new(Counters::default());
+        let waker =
+            Arc::new(LoopWaker::new(counters.clone()).map_err(|err| {
+                PyRuntimeError::new_err(format!("cannot create an eventfd: {err}"))
+            })?);
+        let adopted = waker.clone();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(worker_threads)
             .thread_name("ferrule-tokio")
             .on_thread_start(move || {
                 ffi::keep_thread_state();
+                waker::adopt_waker(adopted.clone());
                 if batch {
                     // Best effort: a system that refuses only costs the switches it saves.
                     let _ = ffi::schedule_this_thread_as_batch();
                 }
             })
-            .on_thread_stop(ffi::release_thread_state)
+            .on_thread_park(waker::on_worker_park)
+            .on_thread_stop(|| {
+                waker::on_worker_park();
+                ffi::release_thread_state();
+            })
             .enable_all()
             .build()
             .map_err(|err| PyRuntimeError::new_err(format!("cannot start tokio: {err}")))?;
-        let waker = LoopWaker::new()
-            .map_err(|err| PyRuntimeError::new_err(format!("cannot create an eventfd: {err}")))?;
         let shared = Arc::new(Shared {
             event_loop: event_loop.clone().unbind(),
             loop_thread: std::thread::current().id(),
@@ -495,7 +509,7 @@ impl Bridge {
             queue: ReadyQueue::default(),
             gate: LoopGate::default(),
             waker,
-            counters: Counters::default(),
+            counters,
             trace: Trace::new(trace),
             jobs: Mutex::new(HashMap::default()),
             next_id: AtomicU64::new(1),

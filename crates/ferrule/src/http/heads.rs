@@ -346,12 +346,15 @@ impl<T> RecordingIo<T> {
     }
 }
 
+// Each read and write also lets a busy tokio worker send the loop wakes it holds once they are
+// due (`bridge::waker`): connections are what keeps a worker from parking.
 impl<T: AsyncRead + Unpin> AsyncRead for RecordingIo<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
+        crate::bridge::waker::send_held_wakes_if_due();
         let this = self.get_mut();
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
@@ -374,6 +377,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for RecordingIo<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        crate::bridge::waker::send_held_wakes_if_due();
         Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
     }
 
@@ -382,6 +386,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for RecordingIo<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        crate::bridge::waker::send_held_wakes_if_due();
         Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
     }
 
