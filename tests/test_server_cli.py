@@ -44,6 +44,7 @@ OPTIONS = [
     "--app-dir",
     "--factory",
     "--lifespan",
+    "--interface",
     "--root-path",
     "--timeout-keep-alive",
     "--timeout-graceful-shutdown",

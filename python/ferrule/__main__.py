@@ -8,6 +8,7 @@ import platform
 import sys
 
 from ferrule.config import KEY_PASSWORD_ENV, LOG_LEVELS, Config, parse_header
+from ferrule.interface import INTERFACES
 
 
 def version_line() -> str:
@@ -74,6 +75,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--app-dir", default=".", help="put this directory first on sys.path")
     p.add_argument("--factory", action="store_true", help="APP is a factory returning the app")
     p.add_argument("--lifespan", choices=["auto", "on", "off"], default="auto")
+    p.add_argument(
+        "--interface",
+        choices=list(INTERFACES),
+        default="auto",
+        help="how to call the app: asgi3, asgi2 (app(scope) returns the instance awaited with "
+        "receive and send), wsgi (with a2wsgi) or auto (asgi2 for a class or a plain function "
+        "of the scope alone, else asgi3; default)",
+    )
     p.add_argument("--root-path", default="", help="the ASGI root_path of the app")
     p.add_argument("--timeout-keep-alive", type=float, default=5.0)
     p.add_argument("--timeout-graceful-shutdown", type=float, default=None)

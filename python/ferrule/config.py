@@ -9,6 +9,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ferrule.interface import INTERFACES, Interface, InterfaceError, adapt
+
 LOG_LEVELS = {
     "critical": logging.CRITICAL,
     "error": logging.ERROR,
@@ -48,6 +50,10 @@ class Config:
     loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     app_dir: str | None = "."
     factory: bool = False
+    # uvicorn's --interface: how the app is called. ASGI2 and WSGI apps are adapted to ASGI3
+    # when loaded; "auto" tells ASGI2 from ASGI3 (see ferrule.interface.detect). After
+    # load_app, the interface the app is served as.
+    interface: Interface = "auto"
     lifespan: Literal["auto", "on", "off"] = "auto"
     root_path: str = ""
     timeout_keep_alive: float = 5.0
@@ -108,6 +114,10 @@ class Config:
             raise ValueError(f"http must be auto, 1 or 2, not {self.http!r}")
         if self.ws not in ("auto", "none"):
             raise ValueError(f"ws must be auto or none, not {self.ws!r}")
+        if self.interface not in INTERFACES:
+            raise ValueError(
+                f"interface must be one of {', '.join(INTERFACES)}, not {self.interface!r}"
+            )
         if self.lifespan not in ("auto", "on", "off"):
             raise ValueError(f"lifespan must be auto, on or off, not {self.lifespan!r}")
         if not 0 < self.reload_delay < float("inf"):
@@ -148,7 +158,8 @@ class Config:
         return list(ips)
 
     def load_app(self) -> Any:
-        """The ASGI app: the object itself, or imported from ``module:attribute``."""
+        """The ASGI3 app to serve: the object itself, or imported from ``module:attribute``,
+        called first if a factory, then adapted to ASGI3 if an ASGI2 or WSGI app."""
         if self.app_dir is not None:
             sys.path.insert(0, self.app_dir)
         app = import_from_string(self.app) if isinstance(self.app, str) else self.app
@@ -159,6 +170,10 @@ class Config:
                 raise AppLoadError(f"Error loading ASGI app factory: {exc}") from exc
         if not callable(app):
             raise AppLoadError(f"Error loading ASGI app: {self.app!r} is not callable.")
+        try:
+            app, self.interface = adapt(app, self.interface)
+        except InterfaceError as exc:
+            raise AppLoadError(str(exc)) from None
         return app
 
 

@@ -21,6 +21,7 @@ from ferrule._bridge import new_event_loop
 from ferrule._ferrule import Bridge, HttpServer
 from ferrule._logging import apply_log_config, configure_logging
 from ferrule.config import KEY_PASSWORD_ENV, AppLoadError, Config
+from ferrule.interface import InterfaceError, wsgi_middleware
 from ferrule.lifespan import Lifespan, LifespanFailure
 from ferrule.watch import WatchedFiles, changed_files
 
@@ -40,7 +41,9 @@ def run(app: Any, **options: Any) -> int:
             apply_log_config(config.log_config)
         if config.env_file is not None:
             load_env_file(config.env_file)
-    except ValueError as exc:
+        if config.interface == "wsgi":  # before any worker fails on it, again and again
+            wsgi_middleware()
+    except (ValueError, InterfaceError) as exc:
         configure_logging(config.log_level_number)
         logger.error("%s", exc)
         return 1
@@ -159,7 +162,8 @@ async def _serve(
                 tls_key=tls_files and tls_files.key,
                 tls_ca_certs=tls_files and tls_files.ca_certs,
                 tls_cert_reqs=tls_files.cert_reqs if tls_files else 0,
-                ws=config.ws == "auto",
+                # As uvicorn: a WSGI app has no WebSockets (a2wsgi would close each at once).
+                ws=config.ws == "auto" and config.interface != "wsgi",
                 ws_max_size=config.ws_max_size,
                 ws_max_queue=config.ws_max_queue,
                 ws_ping_interval=config.ws_ping_interval or None,
@@ -406,6 +410,7 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     """The command line for one worker: the parent's options, serving the inherited socket."""
     args = [str(config.app), "--fd", str(fd), "--workers", "1", "--loop", config.loop]
     args += ["--lifespan", config.lifespan, "--root-path", config.root_path]
+    args += ["--interface", config.interface]
     args += ["--timeout-keep-alive", str(config.timeout_keep_alive)]
     args += ["--backlog", str(config.backlog)]
     if config.uds:  # what the worker reports; it serves the inherited socket (--fd)
