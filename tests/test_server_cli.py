@@ -67,6 +67,8 @@ OPTIONS = [
     "--limit-max-requests-jitter",
     "--version",
     "--reset-contextvars",
+    "--http",
+    "--ws",
 ]
 
 

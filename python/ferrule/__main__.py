@@ -7,7 +7,14 @@ import os
 import platform
 import sys
 
-from ferrule.config import KEY_PASSWORD_ENV, LOG_LEVELS, Config, parse_header
+from ferrule.config import (
+    HTTP_CHOICES,
+    KEY_PASSWORD_ENV,
+    LOG_LEVELS,
+    WS_CHOICES,
+    Config,
+    parse_header,
+)
 from ferrule.interface import INTERFACES
 
 
@@ -147,12 +154,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--forwarded-allow-ips", default=None)
     p.add_argument(
         "--http",
-        choices=["auto", "1", "2"],
+        choices=list(HTTP_CHOICES),
         default="auto",
-        help="HTTP versions: auto (HTTP/1.1, h2c with prior knowledge, ALPN over TLS), 1 or 2",
+        help="HTTP versions: auto (HTTP/1.1, h2c with prior knowledge, ALPN over TLS), 1 or 2; "
+        "uvicorn's h11 and httptools mean 1 (HTTP/1.1 only)",
     )
     p.add_argument(
-        "--ws", choices=["auto", "none"], default="auto", help="WebSockets: auto (on) or none"
+        "--ws",
+        choices=list(WS_CHOICES),
+        default="auto",
+        help="WebSockets: auto (on) or none; uvicorn's websockets, websockets-sansio and wsproto "
+        "mean auto",
     )
     p.add_argument(
         "--ws-max-size",

@@ -20,6 +20,17 @@ LOG_LEVELS = {
     "trace": 5,
 }
 
+#: uvicorn's ``--http`` implementations (h11, httptools) speak HTTP/1.1 only: ``1`` here.
+HTTP_CHOICES = {"auto": "auto", "1": "1", "2": "2", "h11": "1", "httptools": "1"}
+#: uvicorn's ``--ws`` implementations all mean WebSockets on: ``auto`` here.
+WS_CHOICES = {
+    "auto": "auto",
+    "none": "none",
+    "websockets": "auto",
+    "websockets-sansio": "auto",
+    "wsproto": "auto",
+}
+
 #: Where the key password may be given instead of ``--ssl-keyfile-password``, out of sight of
 #: ``ps``: the supervisor hands it to its workers this way.
 KEY_PASSWORD_ENV = "FERRULE_SSL_KEYFILE_PASSWORD"
@@ -81,13 +92,15 @@ class Config:
     rust_hello_route: str | None = None
     stats_route: str | None = None
     trace_requests: bool = False
-    http: Literal["auto", "1", "2"] = "auto"
+    # HTTP versions: auto, 1 or 2; uvicorn's h11 and httptools are taken for 1.
+    http: str = "auto"
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     ssl_keyfile_password: str | None = None
     ssl_ca_certs: str | None = None
     ssl_cert_reqs: int = 0
-    ws: Literal["auto", "none"] = "auto"
+    # WebSockets: auto (on) or none; uvicorn's implementation names are taken for auto.
+    ws: str = "auto"
     ws_max_size: int = 16 * 1024 * 1024
     ws_max_queue: int = 32
     # uvicorn's defaults; None or 0 turns pings (or their timeout) off.
@@ -110,10 +123,12 @@ class Config:
             raise ValueError("ws_max_queue must be at least 1")
         if self.loop not in ("auto", "asyncio", "uvloop"):
             raise ValueError(f"loop must be auto, asyncio or uvloop, not {self.loop!r}")
-        if self.http not in ("auto", "1", "2"):
-            raise ValueError(f"http must be auto, 1 or 2, not {self.http!r}")
-        if self.ws not in ("auto", "none"):
-            raise ValueError(f"ws must be auto or none, not {self.ws!r}")
+        if self.http not in HTTP_CHOICES:
+            raise ValueError(f"http must be one of {', '.join(HTTP_CHOICES)}, not {self.http!r}")
+        self.http = HTTP_CHOICES[self.http]
+        if self.ws not in WS_CHOICES:
+            raise ValueError(f"ws must be one of {', '.join(WS_CHOICES)}, not {self.ws!r}")
+        self.ws = WS_CHOICES[self.ws]
         if self.interface not in INTERFACES:
             raise ValueError(
                 f"interface must be one of {', '.join(INTERFACES)}, not {self.interface!r}"
