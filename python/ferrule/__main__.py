@@ -106,6 +106,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backlog", type=int, default=2048)
     p.add_argument("--log-level", choices=list(LOG_LEVELS), default="info")
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--use-colors",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="colour the log's level names and status codes (default: when stderr is a terminal)",
+    )
     p.add_argument("--proxy-headers", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument(
         "--server-header",

@@ -75,6 +75,9 @@ class Config:
     backlog: int = 2048
     log_level: str | int | None = "info"
     access_log: bool = True
+    # uvicorn's --use-colors: colour the level names (and access lines' status) of ferrule's
+    # default log format; None: when stderr is a terminal.
+    use_colors: bool | None = None
     proxy_headers: bool = True
     server_header: bool = True
     date_header: bool = True

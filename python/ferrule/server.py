@@ -44,10 +44,10 @@ def run(app: Any, **options: Any) -> int:
         if config.interface == "wsgi":  # before any worker fails on it, again and again
             wsgi_middleware()
     except (ValueError, InterfaceError) as exc:
-        configure_logging(config.log_level_number)
+        configure_logging(config.log_level_number, config.use_colors)
         logger.error("%s", exc)
         return 1
-    configure_logging(config.log_level_number)
+    configure_logging(config.log_level_number, config.use_colors)
     reload_options = config.reload_dirs or config.reload_includes or config.reload_excludes
     if reload_options and not config.reload:
         logger.warning("The reload options have no effect without reload (--reload).")
@@ -430,6 +430,8 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     if isinstance(config.log_level, str):
         args += ["--log-level", config.log_level]
     args.append("--access-log" if config.access_log else "--no-access-log")
+    if config.use_colors is not None:  # else the worker looks at the stderr it inherits
+        args.append("--use-colors" if config.use_colors else "--no-use-colors")
     args.append("--proxy-headers" if config.proxy_headers else "--no-proxy-headers")
     args.append("--server-header" if config.server_header else "--no-server-header")
     args.append("--date-header" if config.date_header else "--no-date-header")
