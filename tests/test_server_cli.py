@@ -76,6 +76,8 @@ OPTIONS = [
     "--reset-contextvars",
     "--http",
     "--ws",
+    "--ssl-version",
+    "--ssl-ciphers",
 ]
 
 

@@ -11,6 +11,8 @@ from ferrule.config import (
     HTTP_CHOICES,
     KEY_PASSWORD_ENV,
     LOG_LEVELS,
+    SSL_CIPHERS,
+    SSL_VERSIONS,
     WS_CHOICES,
     Config,
     parse_header,
@@ -215,6 +217,21 @@ def parser() -> argparse.ArgumentParser:
         choices=[0, 1, 2],
         default=0,
         help="client certificates: 0 not asked, 1 optional, 2 required (as ssl.CERT_*)",
+    )
+    p.add_argument(
+        "--ssl-version",
+        type=int,
+        default=SSL_VERSIONS[0],
+        metavar="INT",
+        help=f"TLS: accepted for uvicorn's command lines, as {SSL_VERSIONS[0]} (its default, "
+        f"ssl.PROTOCOL_TLS_SERVER) or {SSL_VERSIONS[1]} (ssl.PROTOCOL_TLS) only: rustls "
+        "negotiates TLS 1.3 or 1.2 itself",
+    )
+    p.add_argument(
+        "--ssl-ciphers",
+        metavar="TEXT",
+        help=f"TLS: accepted for uvicorn's command lines, as {SSL_CIPHERS} only: rustls uses its "
+        "own cipher suites (AES-GCM and ChaCha20-Poly1305)",
     )
     # The benchmark suite's ceiling: PATH answered by the server alone, in Rust (benches/).
     p.add_argument("--rust-hello-route", default=None, metavar="PATH", help=argparse.SUPPRESS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import ssl
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -30,6 +31,21 @@ WS_CHOICES = {
     "websockets-sansio": "auto",
     "wsproto": "auto",
 }
+
+#: uvicorn's ``--ssl-version`` values that ask for what rustls does: the highest version both
+#: ends speak (TLS 1.2 or 1.3). uvicorn's default is ``PROTOCOL_TLS_SERVER``.
+SSL_VERSIONS = (int(ssl.PROTOCOL_TLS_SERVER), int(ssl.PROTOCOL_TLS))
+#: uvicorn's old default ``--ssl-ciphers``; no value (OpenSSL's defaults) is its new one.
+SSL_CIPHERS = "TLSv1"
+TLS_VERSIONS_SPOKEN = (
+    "ferrule's TLS (rustls) negotiates TLS 1.3 or 1.2, whichever is the highest the client "
+    "speaks, and cannot be held to one version"
+)
+TLS_CIPHERS_USED = (
+    "ferrule's TLS (rustls) uses its own cipher suites, which cannot be chosen: for TLS 1.3 "
+    "AES-256-GCM, AES-128-GCM and ChaCha20-Poly1305; for TLS 1.2 the same with ECDHE (RSA or "
+    "ECDSA keys)"
+)
 
 #: Where the key password may be given instead of ``--ssl-keyfile-password``, out of sight of
 #: ``ps``: the supervisor hands it to its workers this way.
@@ -102,6 +118,10 @@ class Config:
     ssl_keyfile_password: str | None = None
     ssl_ca_certs: str | None = None
     ssl_cert_reqs: int = 0
+    # uvicorn's --ssl-version and --ssl-ciphers: rustls picks both itself, so only the values
+    # that ask for what it does are accepted (SSL_VERSIONS, SSL_CIPHERS or None).
+    ssl_version: int = int(ssl.PROTOCOL_TLS_SERVER)
+    ssl_ciphers: str | None = None
     # WebSockets: auto (on) or none; uvicorn's implementation names are taken for auto.
     ws: str = "auto"
     ws_max_size: int = 16 * 1024 * 1024
@@ -138,6 +158,17 @@ class Config:
             )
         if self.lifespan not in ("auto", "on", "off"):
             raise ValueError(f"lifespan must be auto, on or off, not {self.lifespan!r}")
+        if self.ssl_version not in SSL_VERSIONS:
+            raise ValueError(
+                f"ssl_version {self.ssl_version}: {TLS_VERSIONS_SPOKEN}; leave --ssl-version "
+                f"out, or give {SSL_VERSIONS[0]} (ssl.PROTOCOL_TLS_SERVER, uvicorn's default) or "
+                f"{SSL_VERSIONS[1]} (ssl.PROTOCOL_TLS), which mean just that"
+            )
+        if self.ssl_ciphers not in (None, SSL_CIPHERS):
+            raise ValueError(
+                f"ssl_ciphers {self.ssl_ciphers!r}: {TLS_CIPHERS_USED}; leave --ssl-ciphers out "
+                f"(uvicorn's old default, {SSL_CIPHERS}, is taken to mean the same)"
+            )
         if not 0 < self.reload_delay < float("inf"):
             raise ValueError(f"reload_delay must be more than 0 seconds, not {self.reload_delay}")
         self.reload_dirs = as_list(self.reload_dirs)
