@@ -78,6 +78,7 @@ OPTIONS = [
     "--ws",
     "--ssl-version",
     "--ssl-ciphers",
+    "--timeout-worker-healthcheck",
 ]
 
 

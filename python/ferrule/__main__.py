@@ -49,6 +49,15 @@ def parser() -> argparse.ArgumentParser:
         "--workers", type=int, default=1, help="number of worker processes (not with --reload)"
     )
     p.add_argument(
+        "--timeout-worker-healthcheck",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="with --workers, replace a worker whose event loop has not run for this long (an "
+        "app blocking it); default 5, 0: never",
+    )
+    p.add_argument("--heartbeat-fd", type=int, help=argparse.SUPPRESS)  # a worker's, to its parent
+    p.add_argument(
         "--reload", action="store_true", help="restart the server when a watched file changes"
     )
     p.add_argument(

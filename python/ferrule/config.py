@@ -64,6 +64,11 @@ class Config:
     uds: str | None = None
     fd: int | None = None
     workers: int = 1
+    # uvicorn's --timeout-worker-healthcheck: with workers, one whose event loop has not run
+    # for this many seconds (an app blocking it) is replaced; 0: never.
+    timeout_worker_healthcheck: float = 5.0
+    # A worker's end of the pipe its event loop writes heartbeats on (Supervisor passes it).
+    heartbeat_fd: int | None = None
     # uvicorn's --reload: a parent process restarts the worker when a watched file changes.
     reload: bool = False
     # Watched directories (default: the current one) ...
@@ -138,6 +143,11 @@ class Config:
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError("workers must be at least 1")
+        if not 0 <= self.timeout_worker_healthcheck < float("inf"):
+            raise ValueError(
+                "timeout_worker_healthcheck must be 0 (no health check) or more seconds, not "
+                f"{self.timeout_worker_healthcheck}"
+            )
         if self.limit_max_requests is not None and self.limit_max_requests < 1:
             raise ValueError("limit_max_requests must be at least 1")
         if self.limit_max_requests_jitter < 0:
