@@ -12,11 +12,13 @@ import httpx
 import pytest
 from serverutil import (
     ServerProcess,
+    ferrule_command,
     is_clean_exit,
     pid_alive,
     poll,
     read_events,
     request_bytes,
+    run_to_exit,
     running_server,
 )
 
@@ -234,3 +236,37 @@ def test_timeout_worker_healthcheck_0_turns_the_check_off(tmp_path: Path) -> Non
             time.sleep(4)
             assert pid_alive(blocked)
     assert "health check" not in server.stderr, server.describe()
+
+
+# -- WEB_CONCURRENCY ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "args", "processes"),
+    [("2", [], 2), ("2", ["--workers", "1"], 1), ("", [], 1)],
+    ids=["sets-the-default", "workers-option-wins", "empty-is-unset"],
+)
+def test_web_concurrency_is_the_default_number_of_workers(
+    value: str, args: list[str], processes: int
+) -> None:
+    """Rule: as uvicorn, ``--workers`` defaults to ``$WEB_CONCURRENCY`` when it is set (two
+    worker processes answer, none of them the parent); ``--workers`` given wins (the server
+    process answers itself); an empty value counts as unset. Seen failing before the
+    default read the variable: ``sets-the-default`` was served by the parent process alone."""
+    with running_server("workers_app:app", *args, env={"WEB_CONCURRENCY": value}) as server:
+        if processes == 1:
+            assert serving_pid(server)["pid"] == server.pid
+        else:
+            pids = collect_workers(server, processes)
+            assert len(pids) == processes and server.pid not in pids
+            assert server.stderr.count("Started worker process") == processes
+
+
+def test_web_concurrency_that_is_not_a_number_is_a_usage_error() -> None:
+    """Rule: a ``WEB_CONCURRENCY`` that is not a number is a usage error (exit 2) naming the
+    variable, not a traceback (uvicorn's ``int()`` raises). Seen failing before the default
+    read the variable (the server started with one process and was killed after 15 s)."""
+    result = run_to_exit(ferrule_command("workers_app:app"), env={"WEB_CONCURRENCY": "four"})
+    assert result.returncode == 2, result.describe()
+    assert "WEB_CONCURRENCY" in result.stderr and "'four'" in result.stderr, result.describe()
+    assert "Traceback" not in result.stderr, result.describe()

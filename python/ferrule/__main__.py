@@ -46,7 +46,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--uds", help="bind to this Unix domain socket instead")
     p.add_argument("--fd", type=int, help=argparse.SUPPRESS)  # a worker's inherited socket
     p.add_argument(
-        "--workers", type=int, default=1, help="number of worker processes (not with --reload)"
+        "--workers",
+        type=int,
+        default=None,
+        help="number of worker processes (default: $WEB_CONCURRENCY if set, else 1; not with "
+        "--reload)",
     )
     p.add_argument(
         "--timeout-worker-healthcheck",

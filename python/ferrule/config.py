@@ -63,7 +63,8 @@ class Config:
     port: int = 8000
     uds: str | None = None
     fd: int | None = None
-    workers: int = 1
+    # Worker processes; None: $WEB_CONCURRENCY if set (as uvicorn), else 1.
+    workers: int | None = None
     # uvicorn's --timeout-worker-healthcheck: with workers, one whose event loop has not run
     # for this many seconds (an app blocking it) is replaced; 0: never.
     timeout_worker_healthcheck: float = 5.0
@@ -141,6 +142,8 @@ class Config:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.workers is None:
+            self.workers = workers_from_environment()
         if self.workers < 1:
             raise ValueError("workers must be at least 1")
         if not 0 <= self.timeout_worker_healthcheck < float("inf"):
@@ -234,6 +237,20 @@ class Config:
         except InterfaceError as exc:
             raise AppLoadError(str(exc)) from None
         return app
+
+
+def workers_from_environment() -> int:
+    """uvicorn's default for ``--workers``: ``$WEB_CONCURRENCY`` (as Heroku and others set
+    it) when set and not empty, else 1."""
+    value = os.environ.get("WEB_CONCURRENCY", "").strip()
+    if not value:
+        return 1
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(
+            f"workers: WEB_CONCURRENCY must be a number of worker processes, not {value!r}"
+        ) from None
 
 
 def as_list(value: list[str] | str | None) -> list[str]:
