@@ -270,3 +270,26 @@ def test_web_concurrency_that_is_not_a_number_is_a_usage_error() -> None:
     assert result.returncode == 2, result.describe()
     assert "WEB_CONCURRENCY" in result.stderr and "'four'" in result.stderr, result.describe()
     assert "Traceback" not in result.stderr, result.describe()
+
+
+# -- the running line --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["workers", "reload"])
+def test_running_line_is_logged_once_by_the_parent(tmp_path: Path, mode: str) -> None:
+    """Rule: with ``--workers 2`` or ``--reload``, "ferrule running on ..." is logged once, by
+    the parent, as uvicorn does, not again by each worker: still one line once every worker
+    answers (and, with ``--reload``, after a restart). Seen failing before the change: three
+    lines in both modes (the parent's, and each worker's: two workers, or the reloader's
+    first worker and its replacement)."""
+    args = ["--workers", "2"] if mode == "workers" else ["--reload", "--reload-dir", str(tmp_path)]
+    with running_server("workers_app:app", *args) as server:
+        if mode == "workers":
+            collect_workers(server, WORKERS)
+        else:
+            first = poll(lambda: serving_pid(server)["pid"], what="the worker to answer")
+            (tmp_path / "touched.py").write_text("# a change\n")
+            poll(lambda: serving_pid(server)["pid"] != first, timeout=10, what="a reloaded worker")
+        time.sleep(0.3)
+        lines = server.stderr.count("running on")
+    assert lines == 1, server.describe()

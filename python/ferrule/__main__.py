@@ -61,6 +61,7 @@ def parser() -> argparse.ArgumentParser:
         "app blocking it); default 5, 0: never",
     )
     p.add_argument("--heartbeat-fd", type=int, help=argparse.SUPPRESS)  # a worker's, to its parent
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the parent logs
     p.add_argument(
         "--reload", action="store_true", help="restart the server when a watched file changes"
     )

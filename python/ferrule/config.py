@@ -70,6 +70,8 @@ class Config:
     timeout_worker_healthcheck: float = 5.0
     # A worker's end of the pipe its event loop writes heartbeats on (Supervisor passes it).
     heartbeat_fd: int | None = None
+    # This process is a worker of a supervisor or reloader, which logs the running line.
+    worker: bool = False
     # uvicorn's --reload: a parent process restarts the worker when a watched file changes.
     reload: bool = False
     # Watched directories (default: the current one) ...

@@ -184,7 +184,8 @@ async def _serve(
             stopped = server.serve_unix(sock.detach(), config.uds)
         else:
             stopped = server.serve_tcp(sock.detach())
-        logger.info("ferrule running on %s (Press CTRL+C to quit)", where)
+        if not config.worker:  # a worker's parent said where, once for all (as uvicorn)
+            logger.info("ferrule running on %s (Press CTRL+C to quit)", where)
         if config.heartbeat_fd is not None:
             heartbeat = Heartbeat(loop, config.heartbeat_fd, config.timeout_worker_healthcheck)
         signalled = asyncio.ensure_future(stop.wait())
@@ -565,7 +566,7 @@ def stop_workers(config: Config, workers: Iterable[subprocess.Popen[bytes]]) -> 
 
 def worker_arguments(config: Config, fd: int) -> list[str]:
     """The command line for one worker: the parent's options, serving the inherited socket."""
-    args = [str(config.app), "--fd", str(fd), "--workers", "1", "--loop", config.loop]
+    args = [str(config.app), "--fd", str(fd), "--worker", "--workers", "1", "--loop", config.loop]
     args += ["--lifespan", config.lifespan, "--root-path", config.root_path]
     args += ["--interface", config.interface]
     args += ["--timeout-keep-alive", str(config.timeout_keep_alive)]
