@@ -165,6 +165,38 @@ def test_unix_socket(tmp_path: Path) -> None:
     assert response.json()["path"] == "/via-uds"
 
 
+@pytest.mark.parametrize(
+    "args", [[], ["--workers", "2"], ["--reload"]], ids=["one-process", "workers", "reload"]
+)
+def test_unix_socket_file_is_removed_on_exit(tmp_path: Path, args: list[str]) -> None:
+    """Rule: the process that bound ``--uds PATH`` (the server, or the parent of workers or of
+    the reloaded worker) removes the socket file when it exits cleanly, as uvicorn does.
+    Seen failing before the change: the file was left behind in all three modes."""
+    path = tmp_path / "gone.sock"
+    if "--reload" in args:
+        args = [*args, "--reload-dir", str(tmp_path)]
+    with running_server("hello_app:app", "--uds", str(path), *args) as server:
+        transport = httpx.HTTPTransport(uds=str(path))
+        with httpx.Client(transport=transport, timeout=5, trust_env=False) as client:
+            poll(lambda: client.get("http://localhost/").status_code == 200, what="an answer")
+        assert path.exists()
+        assert is_clean_exit(server.stop()), server.describe()
+    assert not path.exists(), server.describe()
+
+
+def test_unix_socket_file_put_in_its_place_is_left_alone(tmp_path: Path) -> None:
+    """Rule: the server removes the socket file at exit only if it is still the one it bound:
+    a socket bound at the same path meanwhile (another server's) is left alone. Seen failing
+    with the check of the file's identity left out (the other socket's file was removed)."""
+    path = tmp_path / "shared.sock"
+    with running_server("hello_app:app", "--uds", str(path)) as server:
+        path.unlink()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as other:
+            other.bind(str(path))
+            assert is_clean_exit(server.stop()), server.describe()
+            assert path.is_socket(), server.describe()
+
+
 def test_console_script() -> None:
     """Rule: the ``ferrule`` console script is installed next to the interpreter and starts the
     server like ``python -m ferrule``. Broken: the script is missing or does not serve."""

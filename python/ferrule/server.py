@@ -9,6 +9,7 @@ import os
 import random
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -99,6 +100,7 @@ def serve(config: Config) -> int:
     except OSError as exc:
         logger.error("%s", exc)
         return 1
+    socket_file = bound_socket_file(config)
     loop = new_event_loop(config.loop)
     asyncio.set_event_loop(loop)
     try:
@@ -107,6 +109,7 @@ def serve(config: Config) -> int:
         loop.run_until_complete(loop.shutdown_asyncgens())
         asyncio.set_event_loop(None)
         loop.close()
+        remove_socket_file(config, socket_file)
 
 
 # The bridge of the server running in this process, for counters() (None when not serving).
@@ -259,6 +262,31 @@ def describe(sock: socket.socket, config: Config) -> str:
     return f"{scheme}://{host}:{port}"
 
 
+def bound_socket_file(config: Config) -> tuple[int, int] | None:
+    """(device, inode) of the Unix socket file ``listening_socket`` just bound at ``uds``
+    (not one inherited with ``fd``): this process removes it on exit, as uvicorn does."""
+    if not config.uds or config.fd is not None:
+        return None
+    try:
+        found = os.stat(config.uds)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def remove_socket_file(config: Config, identity: tuple[int, int] | None) -> None:
+    """Remove the socket file at ``uds`` if it is still the one this process bound (not a
+    file put in its place since, by another server or by hand)."""
+    if identity is None or config.uds is None:
+        return
+    try:
+        found = os.lstat(config.uds)
+        if stat.S_ISSOCK(found.st_mode) and (found.st_dev, found.st_ino) == identity:
+            os.unlink(config.uds)
+    except OSError:  # gone already, or not ours to remove
+        pass
+
+
 def listening_socket(config: Config) -> socket.socket:
     """The socket to serve: inherited (``fd``), a Unix socket, or TCP; bound and listening."""
     if config.fd is not None:
@@ -357,6 +385,7 @@ class Supervisor:
         except OSError as exc:
             logger.error("%s", exc)
             return 1
+        socket_file = bound_socket_file(self.config)
         sock.set_inheritable(True)
         logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
         logger.info("Started parent process [%d]", os.getpid())
@@ -391,6 +420,7 @@ class Supervisor:
         for worker in everyone:
             worker.close()
         sock.close()
+        remove_socket_file(self.config, socket_file)
         logger.info("Stopping parent process [%d]", os.getpid())
         return 0
 
@@ -476,6 +506,7 @@ class Reloader:
         except OSError as exc:
             logger.error("%s", exc)
             return 1
+        socket_file = bound_socket_file(self.config)
         sock.set_inheritable(True)
         logger.info("Will watch for changes in these directories: %s", sorted(self.files.dirs))
         logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
@@ -516,6 +547,7 @@ class Reloader:
         if worker is not None:
             stop_workers(self.config, [worker])
         sock.close()
+        remove_socket_file(self.config, socket_file)
         logger.info("Stopping reloader process [%d]", os.getpid())
         return 0
 
