@@ -262,13 +262,15 @@ def test_web_concurrency_is_the_default_number_of_workers(
             assert server.stderr.count("Started worker process") == processes
 
 
-def test_web_concurrency_that_is_not_a_number_is_a_usage_error() -> None:
-    """Rule: a ``WEB_CONCURRENCY`` that is not a number is a usage error (exit 2) naming the
-    variable, not a traceback (uvicorn's ``int()`` raises). Seen failing before the default
-    read the variable (the server started with one process and was killed after 15 s)."""
-    result = run_to_exit(ferrule_command("workers_app:app"), env={"WEB_CONCURRENCY": "four"})
+@pytest.mark.parametrize("value", ["four", "0"])
+def test_web_concurrency_that_is_not_a_number_is_a_usage_error(value: str) -> None:
+    """Rule: a ``WEB_CONCURRENCY`` that is not a number of workers is a usage error (exit 2)
+    naming the variable, not a traceback (uvicorn's ``int()`` raises). Seen failing before
+    the default read the variable (the server started with one process and was killed after
+    15 s)."""
+    result = run_to_exit(ferrule_command("workers_app:app"), env={"WEB_CONCURRENCY": value})
     assert result.returncode == 2, result.describe()
-    assert "WEB_CONCURRENCY" in result.stderr and "'four'" in result.stderr, result.describe()
+    assert "WEB_CONCURRENCY" in result.stderr and f"'{value}'" in result.stderr, result.describe()
     assert "Traceback" not in result.stderr, result.describe()
 
 
@@ -293,3 +295,15 @@ def test_running_line_is_logged_once_by_the_parent(tmp_path: Path, mode: str) ->
         time.sleep(0.3)
         lines = server.stderr.count("running on")
     assert lines == 1, server.describe()
+
+
+def test_web_concurrency_from_the_env_file(tmp_path: Path) -> None:
+    """Rule: as uvicorn, which loads ``--env-file`` before it reads ``WEB_CONCURRENCY``, a
+    ``WEB_CONCURRENCY`` set by the env file is the default number of workers. Seen failing
+    with the variable read only when the options are checked, before the file is loaded (the
+    parent process served alone)."""
+    env_file = tmp_path / "server.env"
+    env_file.write_text("WEB_CONCURRENCY=2\n")
+    with running_server("workers_app:app", "--env-file", str(env_file)) as server:
+        pids = collect_workers(server, 2)
+    assert server.pid not in pids

@@ -248,11 +248,14 @@ def workers_from_environment() -> int:
     if not value:
         return 1
     try:
-        return int(value)
+        workers = int(value)
     except ValueError:
+        workers = 0
+    if workers < 1:
         raise ValueError(
             f"workers: WEB_CONCURRENCY must be a number of worker processes, not {value!r}"
-        ) from None
+        )
+    return workers
 
 
 def as_list(value: list[str] | str | None) -> list[str]:

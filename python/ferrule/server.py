@@ -21,7 +21,7 @@ from ferrule import tls
 from ferrule._bridge import new_event_loop
 from ferrule._ferrule import Bridge, HttpServer
 from ferrule._logging import apply_log_config, configure_logging
-from ferrule.config import KEY_PASSWORD_ENV, AppLoadError, Config
+from ferrule.config import KEY_PASSWORD_ENV, AppLoadError, Config, workers_from_environment
 from ferrule.interface import InterfaceError, wsgi_middleware
 from ferrule.lifespan import Lifespan, LifespanFailure
 from ferrule.watch import WatchedFiles, changed_files
@@ -42,6 +42,8 @@ def run(app: Any, **options: Any) -> int:
             apply_log_config(config.log_config)
         if config.env_file is not None:
             load_env_file(config.env_file)
+            if options.get("workers") is None:  # as uvicorn, the file may set it
+                config.workers = workers_from_environment()
         if config.interface == "wsgi":  # before any worker fails on it, again and again
             wsgi_middleware()
     except (ValueError, InterfaceError) as exc:
