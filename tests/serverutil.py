@@ -63,6 +63,7 @@ def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = os.environ.copy()
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONASYNCIODEBUG", None)
+    env.pop("WEB_CONCURRENCY", None)  # the server's default --workers: tests say theirs
     env.update(extra or {})
     return env
 

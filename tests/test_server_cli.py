@@ -3,11 +3,15 @@ messages, logging (``hello_app`` unless said otherwise)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import platform
+import pty
 import re
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -20,6 +24,7 @@ import pytest
 from serverutil import (
     APPS_DIR,
     ServerProcess,
+    base_env,
     ferrule_command,
     free_port,
     is_clean_exit,
@@ -44,6 +49,7 @@ OPTIONS = [
     "--app-dir",
     "--factory",
     "--lifespan",
+    "--interface",
     "--root-path",
     "--timeout-keep-alive",
     "--timeout-graceful-shutdown",
@@ -52,6 +58,8 @@ OPTIONS = [
     "--log-level",
     "--access-log",
     "--no-access-log",
+    "--use-colors",
+    "--no-use-colors",
     "--proxy-headers",
     "--no-proxy-headers",
     "--forwarded-allow-ips",
@@ -66,6 +74,11 @@ OPTIONS = [
     "--limit-max-requests-jitter",
     "--version",
     "--reset-contextvars",
+    "--http",
+    "--ws",
+    "--ssl-version",
+    "--ssl-ciphers",
+    "--timeout-worker-healthcheck",
 ]
 
 
@@ -150,6 +163,38 @@ def test_unix_socket(tmp_path: Path) -> None:
         with httpx.Client(transport=transport, timeout=5, trust_env=False) as client:
             response = client.get("http://localhost/via-uds")
     assert response.json()["path"] == "/via-uds"
+
+
+@pytest.mark.parametrize(
+    "args", [[], ["--workers", "2"], ["--reload"]], ids=["one-process", "workers", "reload"]
+)
+def test_unix_socket_file_is_removed_on_exit(tmp_path: Path, args: list[str]) -> None:
+    """Rule: the process that bound ``--uds PATH`` (the server, or the parent of workers or of
+    the reloaded worker) removes the socket file when it exits cleanly, as uvicorn does.
+    Seen failing before the change: the file was left behind in all three modes."""
+    path = tmp_path / "gone.sock"
+    if "--reload" in args:
+        args = [*args, "--reload-dir", str(tmp_path)]
+    with running_server("hello_app:app", "--uds", str(path), *args) as server:
+        transport = httpx.HTTPTransport(uds=str(path))
+        with httpx.Client(transport=transport, timeout=5, trust_env=False) as client:
+            poll(lambda: client.get("http://localhost/").status_code == 200, what="an answer")
+        assert path.exists()
+        assert is_clean_exit(server.stop()), server.describe()
+    assert not path.exists(), server.describe()
+
+
+def test_unix_socket_file_put_in_its_place_is_left_alone(tmp_path: Path) -> None:
+    """Rule: the server removes the socket file at exit only if it is still the one it bound:
+    a socket bound at the same path meanwhile (another server's) is left alone. Seen failing
+    with the check of the file's identity left out (the other socket's file was removed)."""
+    path = tmp_path / "shared.sock"
+    with running_server("hello_app:app", "--uds", str(path)) as server:
+        path.unlink()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as other:
+            other.bind(str(path))
+            assert is_clean_exit(server.stop()), server.describe()
+            assert path.is_socket(), server.describe()
 
 
 def test_console_script() -> None:
@@ -603,3 +648,127 @@ def test_io_threads_run_as_batch_and_python_thread_untouched(loop: str, policy: 
     with running_server("hello_app:app", "--loop", loop, env={"FERRULE_IO_SCHED": "normal"}) as srv:
         policies = _thread_policies(srv.pid)
     assert policies.get("ferrule-tokio") == {0}, policies
+
+
+# -- --use-colors ------------------------------------------------------------------------------
+
+GREEN_INFO = "\x1b[32mINFO\x1b[0m:     "
+RED_ERROR = "\x1b[31mERROR\x1b[0m:    "
+
+
+def _serve_two_requests(stderr_on_a_terminal: bool, *args: str) -> str:
+    """Serve ``errors_app`` with ``args``, its stderr on a pipe or on a pseudo-terminal; ask
+    ``/fine`` (200) until it answers, then ``/raise-before`` (500, an error logged); return
+    the log once that access line is in it, the terminal's line ends made plain."""
+    port = free_port()
+    argv = ferrule_command("errors_app:app", "--port", str(port), *args)
+    chunks: list[bytes] = []
+    if stderr_on_a_terminal:
+        master, slave = pty.openpty()
+        proc = subprocess.Popen(
+            argv, cwd=APPS_DIR, env=base_env(), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=slave, start_new_session=True,
+        )  # fmt: skip
+        os.close(slave)
+        source = master
+    else:
+        proc = subprocess.Popen(
+            argv, cwd=APPS_DIR, env=base_env(), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        source = proc.stderr.fileno()
+
+    def drain() -> None:
+        while True:
+            try:
+                data = os.read(source, 65536)
+            except OSError:  # EIO: the terminal's last writer is gone
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    text = lambda: b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")  # noqa: E731
+    try:
+        with httpx.Client(timeout=5, trust_env=False) as client:
+
+            def serving() -> str | None:
+                if proc.poll() is not None:
+                    return "exited"
+                return "up" if client.get(f"http://127.0.0.1:{port}/fine").is_success else None
+
+            state = poll(serving, timeout=10, interval=0.1, what="the server to answer")
+            assert state == "up", f"the server exited ({proc.returncode}): {text()}"
+            assert client.get(f"http://127.0.0.1:{port}/raise-before?token=t").status_code == 500
+        try:
+            poll(lambda: "/raise-before" in text(), what="the access line of the 500")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {text()}") from None
+        proc.send_signal(signal.SIGINT)
+        proc.wait(10)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+        reader.join(5)
+        if stderr_on_a_terminal:
+            os.close(source)
+    return text()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize(
+    ("terminal", "args"),
+    [(True, []), (False, ["--use-colors"])],
+    ids=["default-on-a-terminal", "forced-on-a-pipe"],
+)
+def test_use_colors_colours_level_names_and_status(
+    workers: str, terminal: bool, args: list[str]
+) -> None:
+    """Rule: with colours (``--use-colors``, or by default when stderr is a terminal) the level
+    names are coloured as uvicorn colours them (INFO green, ERROR red) and so is an access
+    line's status (2xx green, 5xx bright red), its request line bold; the padding still
+    aligns the messages; in worker processes too. Seen failing: before the option (exit 2 for
+    the forced case; on a terminal, no colour at all); with ``--use-colors`` left out of the
+    workers' command line (``forced-on-a-pipe``, 2 workers: the access lines, logged by the
+    workers, were plain)."""
+    log = _serve_two_requests(terminal, "--workers", workers, *args)
+    assert f"{GREEN_INFO}ferrule running on http://" in log, log
+    assert re.search(
+        r"^" + re.escape(GREEN_INFO) + r'127\.0\.0\.1:\d+ - "\x1b\[1mGET /fine HTTP/1\.1\x1b\[0m" '
+        r"\x1b\[32m200\x1b\[0m$",
+        log,
+        re.M,
+    ), log
+    assert re.search(r'"\x1b\[1mGET /raise-before\?token=t HTTP/1\.1\x1b\[0m" \x1b\[91m500', log)
+    assert f"{RED_ERROR}Exception in ASGI application" in log, log
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize(
+    ("terminal", "args"),
+    [(True, ["--no-use-colors"]), (False, [])],
+    ids=["turned-off-on-a-terminal", "default-on-a-pipe"],
+)
+def test_no_use_colors_keeps_the_plain_format(
+    workers: str, terminal: bool, args: list[str]
+) -> None:
+    """Rule: with ``--no-use-colors``, or by default when stderr is not a terminal, the log
+    has no ANSI escape at all and its lines are exactly as before the option:
+    ``INFO:     127.0.0.1:PORT - "GET /fine HTTP/1.1" 200``, ``ERROR:    Exception in ASGI
+    application``. Seen failing: before the option (``turned-off-on-a-terminal``, exit 2; the
+    pipe cases passed, as they pin the format the option must leave alone); with the
+    terminal check left out of the default (colours always: the pipe cases had escapes); with
+    ``--no-use-colors`` left out of the workers' command line (``turned-off-on-a-terminal``,
+    2 workers: the workers, on the terminal, coloured their access lines)."""
+    log = _serve_two_requests(terminal, "--workers", workers, *args)
+    assert "\x1b" not in log, log
+    assert re.search(r'^INFO:     127\.0\.0\.1:\d+ - "GET /fine HTTP/1\.1" 200$', log, re.M), log
+    assert re.search(
+        r'^INFO:     127\.0\.0\.1:\d+ - "GET /raise-before\?token=t HTTP/1\.1" 500$', log, re.M
+    )
+    assert re.search(r"^ERROR:    Exception in ASGI application$", log, re.M), log
+    assert re.search(r"^INFO:     ferrule running on http://127\.0\.0\.1:\d+ \(Press", log, re.M)

@@ -892,6 +892,22 @@ def test_ws_none_serves_upgrade_as_http() -> None:
         assert srv.returncode is None, srv.describe()
 
 
+@pytest.mark.parametrize("ws", ["websockets", "websockets-sansio", "wsproto"])
+def test_uvicorn_ws_implementation_names_mean_websockets_on(ws: str) -> None:
+    """Rule: uvicorn's ``--ws`` implementation names (websockets, websockets-sansio, wsproto)
+    are accepted and mean WebSockets on (``auto``): a client's message is echoed. Seen
+    failing: before they were accepted (exit 2, "invalid choice"); with them mapped to none
+    (the handshake got the app's HTTP 200 instead of a 101)."""
+    with running_server(APP, "--ws", ws) as srv:
+
+        async def echo_once() -> str | bytes:
+            async with ws_connect(srv, "/echo") as conn:
+                await conn.send(f"over {ws}")
+                return await recv(conn)
+
+        assert run(echo_once()) == f"over {ws}"
+
+
 # -- app errors --------------------------------------------------------------------------------
 
 

@@ -9,7 +9,18 @@ import time
 from pathlib import Path
 
 import httpx
-from serverutil import ServerProcess, is_clean_exit, pid_alive, poll, running_server
+import pytest
+from serverutil import (
+    ServerProcess,
+    ferrule_command,
+    is_clean_exit,
+    pid_alive,
+    poll,
+    read_events,
+    request_bytes,
+    run_to_exit,
+    running_server,
+)
 
 WORKERS = 2
 
@@ -123,3 +134,176 @@ def test_workers_serve_a_unix_socket(tmp_path: Path) -> None:
         started = srv.stderr.count("Started worker process")
     assert pids and srv.pid not in pids
     assert started == WORKERS, srv.describe()
+
+
+# -- --timeout-worker-healthcheck --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_worker_with_a_blocked_event_loop_is_replaced(tmp_path: Path, loop: str) -> None:
+    """Rule: with ``--workers 2 --timeout-worker-healthcheck 2``, a worker whose event loop is
+    blocked (``time.sleep(60)`` in an ``async def``) is found out by its missing heartbeats,
+    terminated (then killed: the blocked loop never runs the SIGTERM handler) and replaced:
+    within a few seconds a new worker pid answers, the blocked worker is gone, its connection
+    closed, the supervisor's warning names its pid, and the other worker was left alone.
+    Seen failing before the health check: the blocked worker was still alive, its request
+    hanging, after 10 s (no new pid ever answered)."""
+    events = tmp_path / "events.log"
+    with running_server(
+        "workers_app:app",
+        "--workers",
+        "2",
+        "--timeout-worker-healthcheck",
+        "2",
+        "--loop",
+        loop,
+        env={"FERRULE_TEST_EVENTS": str(events)},
+    ) as server:
+        pids = collect_workers(server, WORKERS)
+        with server.raw(timeout=30) as blocked_conn:
+            blocked_conn.send(request_bytes("GET", "/block?secs=60"))
+            blocked = poll(
+                lambda: [int(e.split()[1]) for e in read_events(events) if e.startswith("block")],
+                what="a worker to block",
+            )[0]
+            blocked_at = time.monotonic()
+            assert blocked in pids
+
+            def new_worker() -> int | None:
+                try:
+                    pid = serving_pid(server)["pid"]
+                except httpx.HTTPError:  # a connection the blocked worker took: not yet
+                    return None
+                return pid if pid not in pids else None
+
+            replacement = poll(new_worker, timeout=10, interval=0.05, what="a new worker")
+            replaced_after = time.monotonic() - blocked_at
+            poll(lambda: not pid_alive(blocked), timeout=5, what=f"worker {blocked} to go")
+            assert blocked_conn.wait_closed(5), "the blocked worker's connection stayed open"
+        for _ in range(10):
+            assert serving_pid(server)["pid"] in (pids - {blocked}) | {replacement}
+    assert replaced_after < 6, f"a new worker answered {replaced_after:.1f}s after the block"
+    assert f"Worker [{blocked}] failed its health check" in server.stderr, server.describe()
+    healthy = (pids - {blocked}).pop()
+    assert f"Worker [{healthy}]" not in server.stderr, server.describe()
+
+
+def test_short_blocks_and_slow_imports_pass_the_health_check(tmp_path: Path) -> None:
+    """Rule: the health check spares a worker whose loop is blocked for less than the timeout
+    (1 s with ``--timeout-worker-healthcheck 2``: its request is answered, by the same pid),
+    and workers whose import takes longer than the timeout (3 s): no heartbeat is due before
+    a worker's first. Seen failing: with the startup grace left out (silence counted from the
+    spawn), each worker was killed at 2 s, mid-import, again and again, and none answered."""
+    events = tmp_path / "events.log"
+    with running_server(
+        "workers_app:app",
+        "--workers",
+        "2",
+        "--timeout-worker-healthcheck",
+        "2",
+        env={"FERRULE_TEST_EVENTS": str(events), "FERRULE_TEST_IMPORT_DELAY": "3"},
+    ) as server:
+        pids = collect_workers(server, WORKERS, timeout=20)
+        with server.client(timeout=10) as client:
+            for _ in range(3):
+                assert client.get("/block", params={"secs": "1"}).json()["pid"] in pids
+        time.sleep(1)
+        assert collect_workers(server, WORKERS) == pids
+    assert "health check" not in server.stderr and "killing" not in server.stderr, server.describe()
+
+
+def test_timeout_worker_healthcheck_0_turns_the_check_off(tmp_path: Path) -> None:
+    """Rule: ``--timeout-worker-healthcheck 0`` turns the health check off: a worker whose
+    loop is blocked (for 5 s) is left alone (still alive 4 s later, no warning), as before the
+    option.
+    Seen failing with 0 taken as a timeout of 0 s (the blocked worker was dead 4 s later)."""
+    events = tmp_path / "events.log"
+    with running_server(
+        "workers_app:app",
+        "--workers",
+        "2",
+        "--timeout-worker-healthcheck",
+        "0",
+        env={"FERRULE_TEST_EVENTS": str(events)},
+    ) as server:
+        collect_workers(server, WORKERS)
+        with server.raw(timeout=30) as blocked_conn:
+            blocked_conn.send(request_bytes("GET", "/block?secs=5"))
+            blocked = poll(
+                lambda: [int(e.split()[1]) for e in read_events(events) if e.startswith("block")],
+                what="a worker to block",
+            )[0]
+            time.sleep(4)
+            assert pid_alive(blocked)
+    assert "health check" not in server.stderr, server.describe()
+
+
+# -- WEB_CONCURRENCY ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "args", "processes"),
+    [("2", [], 2), ("2", ["--workers", "1"], 1), ("", [], 1)],
+    ids=["sets-the-default", "workers-option-wins", "empty-is-unset"],
+)
+def test_web_concurrency_is_the_default_number_of_workers(
+    value: str, args: list[str], processes: int
+) -> None:
+    """Rule: as uvicorn, ``--workers`` defaults to ``$WEB_CONCURRENCY`` when it is set (two
+    worker processes answer, none of them the parent); ``--workers`` given wins (the server
+    process answers itself); an empty value counts as unset. Seen failing before the
+    default read the variable: ``sets-the-default`` was served by the parent process alone."""
+    with running_server("workers_app:app", *args, env={"WEB_CONCURRENCY": value}) as server:
+        if processes == 1:
+            assert serving_pid(server)["pid"] == server.pid
+        else:
+            pids = collect_workers(server, processes)
+            assert len(pids) == processes and server.pid not in pids
+            assert server.stderr.count("Started worker process") == processes
+
+
+@pytest.mark.parametrize("value", ["four", "0"])
+def test_web_concurrency_that_is_not_a_number_is_a_usage_error(value: str) -> None:
+    """Rule: a ``WEB_CONCURRENCY`` that is not a number of workers is a usage error (exit 2)
+    naming the variable, not a traceback (uvicorn's ``int()`` raises). Seen failing before
+    the default read the variable (the server started with one process and was killed after
+    15 s)."""
+    result = run_to_exit(ferrule_command("workers_app:app"), env={"WEB_CONCURRENCY": value})
+    assert result.returncode == 2, result.describe()
+    assert "WEB_CONCURRENCY" in result.stderr and f"'{value}'" in result.stderr, result.describe()
+    assert "Traceback" not in result.stderr, result.describe()
+
+
+# -- the running line --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["workers", "reload"])
+def test_running_line_is_logged_once_by_the_parent(tmp_path: Path, mode: str) -> None:
+    """Rule: with ``--workers 2`` or ``--reload``, "ferrule running on ..." is logged once, by
+    the parent, as uvicorn does, not again by each worker: still one line once every worker
+    answers (and, with ``--reload``, after a restart). Seen failing before the change: three
+    lines in both modes (the parent's, and each worker's: two workers, or the reloader's
+    first worker and its replacement)."""
+    args = ["--workers", "2"] if mode == "workers" else ["--reload", "--reload-dir", str(tmp_path)]
+    with running_server("workers_app:app", *args) as server:
+        if mode == "workers":
+            collect_workers(server, WORKERS)
+        else:
+            first = poll(lambda: serving_pid(server)["pid"], what="the worker to answer")
+            (tmp_path / "touched.py").write_text("# a change\n")
+            poll(lambda: serving_pid(server)["pid"] != first, timeout=10, what="a reloaded worker")
+        time.sleep(0.3)
+        lines = server.stderr.count("running on")
+    assert lines == 1, server.describe()
+
+
+def test_web_concurrency_from_the_env_file(tmp_path: Path) -> None:
+    """Rule: as uvicorn, which loads ``--env-file`` before it reads ``WEB_CONCURRENCY``, a
+    ``WEB_CONCURRENCY`` set by the env file is the default number of workers. Seen failing
+    with the variable read only when the options are checked, before the file is loaded (the
+    parent process served alone)."""
+    env_file = tmp_path / "server.env"
+    env_file.write_text("WEB_CONCURRENCY=2\n")
+    with running_server("workers_app:app", "--env-file", str(env_file)) as server:
+        pids = collect_workers(server, 2)
+    assert server.pid not in pids

@@ -7,7 +7,17 @@ import os
 import platform
 import sys
 
-from ferrule.config import KEY_PASSWORD_ENV, LOG_LEVELS, Config, parse_header
+from ferrule.config import (
+    HTTP_CHOICES,
+    KEY_PASSWORD_ENV,
+    LOG_LEVELS,
+    SSL_CIPHERS,
+    SSL_VERSIONS,
+    WS_CHOICES,
+    Config,
+    parse_header,
+)
+from ferrule.interface import INTERFACES
 
 
 def version_line() -> str:
@@ -36,8 +46,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--uds", help="bind to this Unix domain socket instead")
     p.add_argument("--fd", type=int, help=argparse.SUPPRESS)  # a worker's inherited socket
     p.add_argument(
-        "--workers", type=int, default=1, help="number of worker processes (not with --reload)"
+        "--workers",
+        type=int,
+        default=None,
+        help="number of worker processes (default: $WEB_CONCURRENCY if set, else 1; not with "
+        "--reload)",
     )
+    p.add_argument(
+        "--timeout-worker-healthcheck",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="with --workers, replace a worker whose event loop has not run for this long (an "
+        "app blocking it); default 5, 0: never",
+    )
+    p.add_argument("--heartbeat-fd", type=int, help=argparse.SUPPRESS)  # a worker's, to its parent
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the parent logs
     p.add_argument(
         "--reload", action="store_true", help="restart the server when a watched file changes"
     )
@@ -74,6 +98,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--app-dir", default=".", help="put this directory first on sys.path")
     p.add_argument("--factory", action="store_true", help="APP is a factory returning the app")
     p.add_argument("--lifespan", choices=["auto", "on", "off"], default="auto")
+    p.add_argument(
+        "--interface",
+        choices=list(INTERFACES),
+        default="auto",
+        help="how to call the app: asgi3, asgi2 (app(scope) returns the instance awaited with "
+        "receive and send), wsgi (with a2wsgi) or auto (asgi2 for a class or a plain function "
+        "of the scope alone, else asgi3; default)",
+    )
     p.add_argument("--root-path", default="", help="the ASGI root_path of the app")
     p.add_argument("--timeout-keep-alive", type=float, default=5.0)
     p.add_argument("--timeout-graceful-shutdown", type=float, default=None)
@@ -90,6 +122,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backlog", type=int, default=2048)
     p.add_argument("--log-level", choices=list(LOG_LEVELS), default="info")
     p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--use-colors",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="colour the log's level names and status codes (default: when stderr is a terminal)",
+    )
     p.add_argument("--proxy-headers", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument(
         "--server-header",
@@ -138,12 +176,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--forwarded-allow-ips", default=None)
     p.add_argument(
         "--http",
-        choices=["auto", "1", "2"],
+        choices=list(HTTP_CHOICES),
         default="auto",
-        help="HTTP versions: auto (HTTP/1.1, h2c with prior knowledge, ALPN over TLS), 1 or 2",
+        help="HTTP versions: auto (HTTP/1.1, h2c with prior knowledge, ALPN over TLS), 1 or 2; "
+        "uvicorn's h11 and httptools mean 1 (HTTP/1.1 only)",
     )
     p.add_argument(
-        "--ws", choices=["auto", "none"], default="auto", help="WebSockets: auto (on) or none"
+        "--ws",
+        choices=list(WS_CHOICES),
+        default="auto",
+        help="WebSockets: auto (on) or none; uvicorn's websockets, websockets-sansio and wsproto "
+        "mean auto",
     )
     p.add_argument(
         "--ws-max-size",
@@ -188,6 +231,21 @@ def parser() -> argparse.ArgumentParser:
         choices=[0, 1, 2],
         default=0,
         help="client certificates: 0 not asked, 1 optional, 2 required (as ssl.CERT_*)",
+    )
+    p.add_argument(
+        "--ssl-version",
+        type=int,
+        default=SSL_VERSIONS[0],
+        metavar="INT",
+        help=f"TLS: accepted for uvicorn's command lines, as {SSL_VERSIONS[0]} (its default, "
+        f"ssl.PROTOCOL_TLS_SERVER) or {SSL_VERSIONS[1]} (ssl.PROTOCOL_TLS) only: rustls "
+        "negotiates TLS 1.3 or 1.2 itself",
+    )
+    p.add_argument(
+        "--ssl-ciphers",
+        metavar="TEXT",
+        help=f"TLS: accepted for uvicorn's command lines, as {SSL_CIPHERS} only: rustls uses its "
+        "own cipher suites (AES-GCM and ChaCha20-Poly1305)",
     )
     # The benchmark suite's ceiling: PATH answered by the server alone, in Rust (benches/).
     p.add_argument("--rust-hello-route", default=None, metavar="PATH", help=argparse.SUPPRESS)

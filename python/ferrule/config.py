@@ -5,9 +5,12 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import ssl
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from ferrule.interface import INTERFACES, Interface, InterfaceError, adapt
 
 LOG_LEVELS = {
     "critical": logging.CRITICAL,
@@ -17,6 +20,32 @@ LOG_LEVELS = {
     "debug": logging.DEBUG,
     "trace": 5,
 }
+
+#: uvicorn's ``--http`` implementations (h11, httptools) speak HTTP/1.1 only: ``1`` here.
+HTTP_CHOICES = {"auto": "auto", "1": "1", "2": "2", "h11": "1", "httptools": "1"}
+#: uvicorn's ``--ws`` implementations all mean WebSockets on: ``auto`` here.
+WS_CHOICES = {
+    "auto": "auto",
+    "none": "none",
+    "websockets": "auto",
+    "websockets-sansio": "auto",
+    "wsproto": "auto",
+}
+
+#: uvicorn's ``--ssl-version`` values that ask for what rustls does: the highest version both
+#: ends speak (TLS 1.2 or 1.3). uvicorn's default is ``PROTOCOL_TLS_SERVER``.
+SSL_VERSIONS = (int(ssl.PROTOCOL_TLS_SERVER), int(ssl.PROTOCOL_TLS))
+#: uvicorn's old default ``--ssl-ciphers``; no value (OpenSSL's defaults) is its new one.
+SSL_CIPHERS = "TLSv1"
+TLS_VERSIONS_SPOKEN = (
+    "ferrule's TLS (rustls) negotiates TLS 1.3 or 1.2, whichever is the highest the client "
+    "speaks, and cannot be held to one version"
+)
+TLS_CIPHERS_USED = (
+    "ferrule's TLS (rustls) uses its own cipher suites, which cannot be chosen: for TLS 1.3 "
+    "AES-256-GCM, AES-128-GCM and ChaCha20-Poly1305; for TLS 1.2 the same with ECDHE (RSA or "
+    "ECDSA keys)"
+)
 
 #: Where the key password may be given instead of ``--ssl-keyfile-password``, out of sight of
 #: ``ps``: the supervisor hands it to its workers this way.
@@ -34,7 +63,15 @@ class Config:
     port: int = 8000
     uds: str | None = None
     fd: int | None = None
-    workers: int = 1
+    # Worker processes; None: $WEB_CONCURRENCY if set (as uvicorn), else 1.
+    workers: int | None = None
+    # uvicorn's --timeout-worker-healthcheck: with workers, one whose event loop has not run
+    # for this many seconds (an app blocking it) is replaced; 0: never.
+    timeout_worker_healthcheck: float = 5.0
+    # A worker's end of the pipe its event loop writes heartbeats on (Supervisor passes it).
+    heartbeat_fd: int | None = None
+    # This process is a worker of a supervisor or reloader, which logs the running line.
+    worker: bool = False
     # uvicorn's --reload: a parent process restarts the worker when a watched file changes.
     reload: bool = False
     # Watched directories (default: the current one) ...
@@ -48,6 +85,10 @@ class Config:
     loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     app_dir: str | None = "."
     factory: bool = False
+    # uvicorn's --interface: how the app is called. ASGI2 and WSGI apps are adapted to ASGI3
+    # when loaded; "auto" tells ASGI2 from ASGI3 (see ferrule.interface.detect). After
+    # load_app, the interface the app is served as.
+    interface: Interface = "auto"
     lifespan: Literal["auto", "on", "off"] = "auto"
     root_path: str = ""
     timeout_keep_alive: float = 5.0
@@ -58,6 +99,9 @@ class Config:
     backlog: int = 2048
     log_level: str | int | None = "info"
     access_log: bool = True
+    # uvicorn's --use-colors: colour the level names (and access lines' status) of ferrule's
+    # default log format; None: when stderr is a terminal.
+    use_colors: bool | None = None
     proxy_headers: bool = True
     server_header: bool = True
     date_header: bool = True
@@ -75,13 +119,19 @@ class Config:
     rust_hello_route: str | None = None
     stats_route: str | None = None
     trace_requests: bool = False
-    http: Literal["auto", "1", "2"] = "auto"
+    # HTTP versions: auto, 1 or 2; uvicorn's h11 and httptools are taken for 1.
+    http: str = "auto"
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     ssl_keyfile_password: str | None = None
     ssl_ca_certs: str | None = None
     ssl_cert_reqs: int = 0
-    ws: Literal["auto", "none"] = "auto"
+    # uvicorn's --ssl-version and --ssl-ciphers: rustls picks both itself, so only the values
+    # that ask for what it does are accepted (SSL_VERSIONS, SSL_CIPHERS or None).
+    ssl_version: int = int(ssl.PROTOCOL_TLS_SERVER)
+    ssl_ciphers: str | None = None
+    # WebSockets: auto (on) or none; uvicorn's implementation names are taken for auto.
+    ws: str = "auto"
     ws_max_size: int = 16 * 1024 * 1024
     ws_max_queue: int = 32
     # uvicorn's defaults; None or 0 turns pings (or their timeout) off.
@@ -94,8 +144,15 @@ class Config:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.workers is None:
+            self.workers = workers_from_environment()
         if self.workers < 1:
             raise ValueError("workers must be at least 1")
+        if not 0 <= self.timeout_worker_healthcheck < float("inf"):
+            raise ValueError(
+                "timeout_worker_healthcheck must be 0 (no health check) or more seconds, not "
+                f"{self.timeout_worker_healthcheck}"
+            )
         if self.limit_max_requests is not None and self.limit_max_requests < 1:
             raise ValueError("limit_max_requests must be at least 1")
         if self.limit_max_requests_jitter < 0:
@@ -104,12 +161,29 @@ class Config:
             raise ValueError("ws_max_queue must be at least 1")
         if self.loop not in ("auto", "asyncio", "uvloop"):
             raise ValueError(f"loop must be auto, asyncio or uvloop, not {self.loop!r}")
-        if self.http not in ("auto", "1", "2"):
-            raise ValueError(f"http must be auto, 1 or 2, not {self.http!r}")
-        if self.ws not in ("auto", "none"):
-            raise ValueError(f"ws must be auto or none, not {self.ws!r}")
+        if self.http not in HTTP_CHOICES:
+            raise ValueError(f"http must be one of {', '.join(HTTP_CHOICES)}, not {self.http!r}")
+        self.http = HTTP_CHOICES[self.http]
+        if self.ws not in WS_CHOICES:
+            raise ValueError(f"ws must be one of {', '.join(WS_CHOICES)}, not {self.ws!r}")
+        self.ws = WS_CHOICES[self.ws]
+        if self.interface not in INTERFACES:
+            raise ValueError(
+                f"interface must be one of {', '.join(INTERFACES)}, not {self.interface!r}"
+            )
         if self.lifespan not in ("auto", "on", "off"):
             raise ValueError(f"lifespan must be auto, on or off, not {self.lifespan!r}")
+        if self.ssl_version not in SSL_VERSIONS:
+            raise ValueError(
+                f"ssl_version {self.ssl_version}: {TLS_VERSIONS_SPOKEN}; leave --ssl-version "
+                f"out, or give {SSL_VERSIONS[0]} (ssl.PROTOCOL_TLS_SERVER, uvicorn's default) or "
+                f"{SSL_VERSIONS[1]} (ssl.PROTOCOL_TLS), which mean just that"
+            )
+        if self.ssl_ciphers not in (None, SSL_CIPHERS):
+            raise ValueError(
+                f"ssl_ciphers {self.ssl_ciphers!r}: {TLS_CIPHERS_USED}; leave --ssl-ciphers out "
+                f"(uvicorn's old default, {SSL_CIPHERS}, is taken to mean the same)"
+            )
         if not 0 < self.reload_delay < float("inf"):
             raise ValueError(f"reload_delay must be more than 0 seconds, not {self.reload_delay}")
         self.reload_dirs = as_list(self.reload_dirs)
@@ -148,7 +222,8 @@ class Config:
         return list(ips)
 
     def load_app(self) -> Any:
-        """The ASGI app: the object itself, or imported from ``module:attribute``."""
+        """The ASGI3 app to serve: the object itself, or imported from ``module:attribute``,
+        called first if a factory, then adapted to ASGI3 if an ASGI2 or WSGI app."""
         if self.app_dir is not None:
             sys.path.insert(0, self.app_dir)
         app = import_from_string(self.app) if isinstance(self.app, str) else self.app
@@ -159,7 +234,28 @@ class Config:
                 raise AppLoadError(f"Error loading ASGI app factory: {exc}") from exc
         if not callable(app):
             raise AppLoadError(f"Error loading ASGI app: {self.app!r} is not callable.")
+        try:
+            app, self.interface = adapt(app, self.interface)
+        except InterfaceError as exc:
+            raise AppLoadError(str(exc)) from None
         return app
+
+
+def workers_from_environment() -> int:
+    """uvicorn's default for ``--workers``: ``$WEB_CONCURRENCY`` (as Heroku and others set
+    it) when set and not empty, else 1."""
+    value = os.environ.get("WEB_CONCURRENCY", "").strip()
+    if not value:
+        return 1
+    try:
+        workers = int(value)
+    except ValueError:
+        workers = 0
+    if workers < 1:
+        raise ValueError(
+            f"workers: WEB_CONCURRENCY must be a number of worker processes, not {value!r}"
+        )
+    return workers
 
 
 def as_list(value: list[str] | str | None) -> list[str]:

@@ -9,6 +9,7 @@ import os
 import random
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -20,7 +21,8 @@ from ferrule import tls
 from ferrule._bridge import new_event_loop
 from ferrule._ferrule import Bridge, HttpServer
 from ferrule._logging import apply_log_config, configure_logging
-from ferrule.config import KEY_PASSWORD_ENV, AppLoadError, Config
+from ferrule.config import KEY_PASSWORD_ENV, AppLoadError, Config, workers_from_environment
+from ferrule.interface import InterfaceError, wsgi_middleware
 from ferrule.lifespan import Lifespan, LifespanFailure
 from ferrule.watch import WatchedFiles, changed_files
 
@@ -40,11 +42,15 @@ def run(app: Any, **options: Any) -> int:
             apply_log_config(config.log_config)
         if config.env_file is not None:
             load_env_file(config.env_file)
-    except ValueError as exc:
-        configure_logging(config.log_level_number)
+            if options.get("workers") is None:  # as uvicorn, the file may set it
+                config.workers = workers_from_environment()
+        if config.interface == "wsgi":  # before any worker fails on it, again and again
+            wsgi_middleware()
+    except (ValueError, InterfaceError) as exc:
+        configure_logging(config.log_level_number, config.use_colors)
         logger.error("%s", exc)
         return 1
-    configure_logging(config.log_level_number)
+    configure_logging(config.log_level_number, config.use_colors)
     reload_options = config.reload_dirs or config.reload_includes or config.reload_excludes
     if reload_options and not config.reload:
         logger.warning("The reload options have no effect without reload (--reload).")
@@ -96,6 +102,7 @@ def serve(config: Config) -> int:
     except OSError as exc:
         logger.error("%s", exc)
         return 1
+    socket_file = bound_socket_file(config)
     loop = new_event_loop(config.loop)
     asyncio.set_event_loop(loop)
     try:
@@ -104,6 +111,7 @@ def serve(config: Config) -> int:
         loop.run_until_complete(loop.shutdown_asyncgens())
         asyncio.set_event_loop(None)
         loop.close()
+        remove_socket_file(config, socket_file)
 
 
 # The bridge of the server running in this process, for counters() (None when not serving).
@@ -127,6 +135,7 @@ async def _serve(
     if limit_max_requests is not None and config.limit_max_requests_jitter:
         limit_max_requests += random.randint(0, config.limit_max_requests_jitter)
     bridge = _serving_bridge = Bridge(loop, budget=config.budget, trace=config.trace_requests)
+    heartbeat: Heartbeat | None = None
     try:
         lifespan = Lifespan(app, config.lifespan)
         try:
@@ -159,7 +168,8 @@ async def _serve(
                 tls_key=tls_files and tls_files.key,
                 tls_ca_certs=tls_files and tls_files.ca_certs,
                 tls_cert_reqs=tls_files.cert_reqs if tls_files else 0,
-                ws=config.ws == "auto",
+                # As uvicorn: a WSGI app has no WebSockets (a2wsgi would close each at once).
+                ws=config.ws == "auto" and config.interface != "wsgi",
                 ws_max_size=config.ws_max_size,
                 ws_max_queue=config.ws_max_queue,
                 ws_ping_interval=config.ws_ping_interval or None,
@@ -179,7 +189,10 @@ async def _serve(
             stopped = server.serve_unix(sock.detach(), config.uds)
         else:
             stopped = server.serve_tcp(sock.detach())
-        logger.info("ferrule running on %s (Press CTRL+C to quit)", where)
+        if not config.worker:  # a worker's parent said where, once for all (as uvicorn)
+            logger.info("ferrule running on %s (Press CTRL+C to quit)", where)
+        if config.heartbeat_fd is not None:
+            heartbeat = Heartbeat(loop, config.heartbeat_fd, config.timeout_worker_healthcheck)
         signalled = asyncio.ensure_future(stop.wait())
         serving = asyncio.ensure_future(_until(stopped))
         await asyncio.wait({signalled, serving}, return_when=asyncio.FIRST_COMPLETED)
@@ -201,8 +214,40 @@ async def _serve(
         logger.info("Finished server process [%d]", os.getpid())
         return 0
     finally:
+        if heartbeat is not None:
+            heartbeat.stop()
         _serving_bridge = None
         bridge.close()
+
+
+class Heartbeat:
+    """A worker's sign of life to its supervisor: a byte written on an inherited pipe by the
+    event loop itself, every second or so. An app that blocks the loop (``time.sleep`` in an
+    ``async def``) stops them, which a thread beating instead would not."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, timeout: float) -> None:
+        self.loop = loop
+        self.fd = fd
+        # Several beats per timeout, so one late tick is not a missed check.
+        self.interval = min(1.0, timeout / 4) if timeout else 1.0
+        os.set_blocking(fd, False)
+        os.set_inheritable(fd, False)  # not to the app's own subprocesses
+        self.handle: asyncio.TimerHandle | None = None
+        self._beat()
+
+    def _beat(self) -> None:
+        try:
+            os.write(self.fd, b".")
+        except BlockingIOError:  # the pipe is full: the supervisor has beats to read
+            pass
+        except OSError:  # the supervisor is gone
+            return
+        self.handle = self.loop.call_later(self.interval, self._beat)
+
+    def stop(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+        os.close(self.fd)
 
 
 async def _until(awaitable: Any) -> Any:
@@ -217,6 +262,31 @@ def describe(sock: socket.socket, config: Config) -> str:
         host = f"[{host}]"
     scheme = "https" if config.ssl_certfile else "http"
     return f"{scheme}://{host}:{port}"
+
+
+def bound_socket_file(config: Config) -> tuple[int, int] | None:
+    """(device, inode) of the Unix socket file ``listening_socket`` just bound at ``uds``
+    (not one inherited with ``fd``): this process removes it on exit, as uvicorn does."""
+    if not config.uds or config.fd is not None:
+        return None
+    try:
+        found = os.stat(config.uds)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def remove_socket_file(config: Config, identity: tuple[int, int] | None) -> None:
+    """Remove the socket file at ``uds`` if it is still the one this process bound (not a
+    file put in its place since, by another server or by hand)."""
+    if identity is None or config.uds is None:
+        return
+    try:
+        found = os.lstat(config.uds)
+        if stat.S_ISSOCK(found.st_mode) and (found.st_dev, found.st_ino) == identity:
+            os.unlink(config.uds)
+    except OSError:  # gone already, or not ours to remove
+        pass
 
 
 def listening_socket(config: Config) -> socket.socket:
@@ -253,13 +323,62 @@ def listening_socket(config: Config) -> socket.socket:
     return sock
 
 
+#: How long a new worker may take to start serving (import the app, run lifespan startup)
+#: before its silence counts against the health check: generous, as imports can be slow.
+WORKER_STARTUP_GRACE = 300.0
+
+
+class Worker:
+    """A worker process started by ``Supervisor``, and the reading end of the pipe its event
+    loop writes heartbeats on (see ``Heartbeat``)."""
+
+    def __init__(self, config: Config, sock: socket.socket) -> None:
+        self.fd: int | None = None
+        if not config.timeout_worker_healthcheck:
+            self.process = spawn_worker(config, sock)
+        else:
+            self.fd, write_end = os.pipe()
+            os.set_blocking(self.fd, False)
+            try:
+                self.process = spawn_worker(config, sock, heartbeat_fd=write_end)
+            except BaseException:
+                self.close()
+                raise
+            finally:
+                os.close(write_end)  # the worker's now: EOF here once it exits
+        self.started = time.monotonic()
+        self.last_beat: float | None = None
+        self.terminated: float | None = None  # when the supervisor sent SIGTERM
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def read_beats(self, now: float) -> None:
+        if self.fd is None:
+            return
+        try:
+            if os.read(self.fd, 4096):
+                self.last_beat = now
+        except BlockingIOError:  # nothing new
+            pass
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 class Supervisor:
     """``--workers N``: N processes each importing the app itself (never forked after import),
-    sharing one listening socket; a worker that dies is replaced; SIGINT/SIGTERM stops all."""
+    sharing one listening socket; a worker that dies is replaced, and so is one whose event
+    loop stops beating (``--timeout-worker-healthcheck``); SIGINT/SIGTERM stops all."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self.workers: list[subprocess.Popen[bytes]] = []
+        self.workers: list[Worker] = []
+        # Workers that failed the health check: SIGTERM sent, their replacements running.
+        self.retiring: list[Worker] = []
         self.stopping = False
 
     def run(self) -> int:
@@ -268,29 +387,96 @@ class Supervisor:
         except OSError as exc:
             logger.error("%s", exc)
             return 1
+        socket_file = bound_socket_file(self.config)
         sock.set_inheritable(True)
         logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
         logger.info("Started parent process [%d]", os.getpid())
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_signal)
-        self.workers = [spawn_worker(self.config, sock) for _ in range(self.config.workers)]
+        self.workers = [Worker(self.config, sock) for _ in range(self.config.workers)]
         while not self.stopping:
+            now = time.monotonic()
             for i, worker in enumerate(self.workers):
-                if worker.poll() is not None and not self.stopping:
-                    if worker.returncode == 0:  # it stopped itself: --limit-max-requests
+                if self.stopping:
+                    break
+                if worker.process.poll() is not None:
+                    if worker.process.returncode == 0:  # it stopped itself: --limit-max-requests
                         logger.info("Worker [%d] finished; starting a new one", worker.pid)
                     else:
                         logger.warning(
                             "Worker [%d] died (%s); starting a new one",
                             worker.pid,
-                            worker.returncode,
+                            worker.process.returncode,
                         )
-                    self.workers[i] = spawn_worker(self.config, sock)
+                    worker.close()
+                    self.workers[i] = Worker(self.config, sock)
+                elif not self._healthy(worker, now):
+                    worker.process.send_signal(signal.SIGTERM)
+                    worker.terminated = now
+                    self.retiring.append(worker)
+                    self.workers[i] = Worker(self.config, sock)
+            self._reap_retiring(now)
             time.sleep(0.1)
-        stop_workers(self.config, self.workers)
+        everyone = self.workers + self.retiring
+        stop_workers(self.config, [worker.process for worker in everyone])
+        for worker in everyone:
+            worker.close()
         sock.close()
+        remove_socket_file(self.config, socket_file)
         logger.info("Stopping parent process [%d]", os.getpid())
         return 0
+
+    def _healthy(self, worker: Worker, now: float) -> bool:
+        """False, with a warning, for a worker whose loop has not beaten for the timeout, or
+        that has not started serving within ``WORKER_STARTUP_GRACE``."""
+        timeout = self.config.timeout_worker_healthcheck
+        if not timeout:
+            return True
+        worker.read_beats(now)
+        if worker.last_beat is None:
+            grace = max(WORKER_STARTUP_GRACE, timeout)
+            if now - worker.started <= grace:
+                return True
+            logger.warning(
+                "Worker [%d] has not started serving within %g seconds; "
+                "terminating it and starting a new one",
+                worker.pid,
+                grace,
+            )
+            return False
+        silent = now - worker.last_beat
+        if silent <= timeout:
+            return True
+        logger.warning(
+            "Worker [%d] failed its health check: its event loop has not run for %.1f seconds "
+            "(--timeout-worker-healthcheck %g); terminating it and starting a new one",
+            worker.pid,
+            silent,
+            timeout,
+        )
+        return False
+
+    def _reap_retiring(self, now: float) -> None:
+        """Forget the retiring workers that exited; SIGKILL one whose loop is still stuck a
+        health-check timeout after its SIGTERM (a blocked loop never runs the handler), or
+        still shutting down past the graceful-shutdown timeout and 5 s."""
+        timeout = self.config.timeout_worker_healthcheck
+        graceful = (self.config.timeout_graceful_shutdown or 30) + 5
+        for worker in list(self.retiring):
+            if worker.process.poll() is not None:
+                worker.close()
+                self.retiring.remove(worker)
+                continue
+            assert worker.terminated is not None
+            worker.read_beats(now)
+            stuck = worker.last_beat is None or worker.last_beat < worker.terminated
+            waited = now - worker.terminated
+            if (stuck and waited > timeout) or waited > graceful:
+                logger.warning("Worker [%d] did not stop after SIGTERM; killing it", worker.pid)
+                worker.process.kill()
+                worker.process.wait()
+                worker.close()
+                self.retiring.remove(worker)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.stopping = True
@@ -301,7 +487,9 @@ class Reloader:
     socket this process binds once and keeps, so the port stays open across restarts. Every
     ``reload_delay`` seconds the watched files' mtimes are compared with the last look; on a
     change the worker is stopped gracefully and a new one started. A worker that fails (a
-    syntax error, an import error) is not restarted until the next change."""
+    syntax error, an import error) is not restarted until the next change. No health check
+    (``--timeout-worker-healthcheck``), as in uvicorn: while developing, a loop stopped at a
+    ``breakpoint()`` is wanted, not a worker to replace."""
 
     name = "StatReload"
 
@@ -320,6 +508,7 @@ class Reloader:
         except OSError as exc:
             logger.error("%s", exc)
             return 1
+        socket_file = bound_socket_file(self.config)
         sock.set_inheritable(True)
         logger.info("Will watch for changes in these directories: %s", sorted(self.files.dirs))
         logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
@@ -360,6 +549,7 @@ class Reloader:
         if worker is not None:
             stop_workers(self.config, [worker])
         sock.close()
+        remove_socket_file(self.config, socket_file)
         logger.info("Stopping reloader process [%d]", os.getpid())
         return 0
 
@@ -367,10 +557,16 @@ class Reloader:
         self.should_exit.set()
 
 
-def spawn_worker(config: Config, sock: socket.socket) -> subprocess.Popen[bytes]:
+def spawn_worker(
+    config: Config, sock: socket.socket, heartbeat_fd: int | None = None
+) -> subprocess.Popen[bytes]:
     """A worker process (``python -m ferrule``) serving the inherited ``sock``; it imports the
-    app itself."""
+    app itself, and beats on ``heartbeat_fd`` when given."""
     args = worker_arguments(config, sock.fileno())
+    fds = [sock.fileno()]
+    if heartbeat_fd is not None:
+        args += ["--heartbeat-fd", str(heartbeat_fd)]
+        fds.append(heartbeat_fd)
     env = None
     if config.ssl_keyfile_password is not None:
         # Not on the command line, which any user can read with ps; a process's
@@ -378,7 +574,7 @@ def spawn_worker(config: Config, sock: socket.socket) -> subprocess.Popen[bytes]
         env = {**os.environ, KEY_PASSWORD_ENV: config.ssl_keyfile_password}
     worker = subprocess.Popen(
         [sys.executable, "-m", "ferrule", *args],
-        pass_fds=(sock.fileno(),),
+        pass_fds=fds,
         start_new_session=False,
         env=env,
     )
@@ -404,9 +600,11 @@ def stop_workers(config: Config, workers: Iterable[subprocess.Popen[bytes]]) -> 
 
 def worker_arguments(config: Config, fd: int) -> list[str]:
     """The command line for one worker: the parent's options, serving the inherited socket."""
-    args = [str(config.app), "--fd", str(fd), "--workers", "1", "--loop", config.loop]
+    args = [str(config.app), "--fd", str(fd), "--worker", "--workers", "1", "--loop", config.loop]
     args += ["--lifespan", config.lifespan, "--root-path", config.root_path]
+    args += ["--interface", config.interface]
     args += ["--timeout-keep-alive", str(config.timeout_keep_alive)]
+    args += ["--timeout-worker-healthcheck", str(config.timeout_worker_healthcheck)]
     args += ["--backlog", str(config.backlog)]
     if config.uds:  # what the worker reports; it serves the inherited socket (--fd)
         args += ["--uds", config.uds]
@@ -425,6 +623,8 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     if isinstance(config.log_level, str):
         args += ["--log-level", config.log_level]
     args.append("--access-log" if config.access_log else "--no-access-log")
+    if config.use_colors is not None:  # else the worker looks at the stderr it inherits
+        args.append("--use-colors" if config.use_colors else "--no-use-colors")
     args.append("--proxy-headers" if config.proxy_headers else "--no-proxy-headers")
     args.append("--server-header" if config.server_header else "--no-server-header")
     args.append("--date-header" if config.date_header else "--no-date-header")
