@@ -55,10 +55,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--timeout-worker-healthcheck",
         type=float,
-        default=5.0,
+        default=30.0,
         metavar="SECONDS",
         help="with --workers, replace a worker whose event loop has not run for this long (an "
-        "app blocking it); default 5, 0: never",
+        "app blocking it); default 30, 0: never",
     )
     p.add_argument("--heartbeat-fd", type=int, help=argparse.SUPPRESS)  # a worker's, to its parent
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the parent logs

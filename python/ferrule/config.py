@@ -66,8 +66,12 @@ class Config:
     # Worker processes; None: $WEB_CONCURRENCY if set (as uvicorn), else 1.
     workers: int | None = None
     # uvicorn's --timeout-worker-healthcheck: with workers, one whose event loop has not run
-    # for this many seconds (an app blocking it) is replaced; 0: never.
-    timeout_worker_healthcheck: float = 5.0
+    # for this many seconds (an app blocking it) is replaced; 0: never. uvicorn's check is
+    # answered by a thread, so only a dead process fails it; ferrule's comes from the event
+    # loop, so it also catches an app blocking it. Hence gunicorn's worker timeout as the
+    # default, not uvicorn's 5 s: an `async def` that blocks for 10 s is bad, but killing its
+    # worker and every request in it would be worse than what uvicorn does.
+    timeout_worker_healthcheck: float = 30.0
     # A worker's end of the pipe its event loop writes heartbeats on (Supervisor passes it).
     heartbeat_fd: int | None = None
     # This process is a worker of a supervisor or reloader, which logs the running line.
