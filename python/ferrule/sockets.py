@@ -1,0 +1,79 @@
+"""The listening socket: bound (TCP or Unix) or inherited from a parent process, how it is
+named in the log, and removing a Unix socket file on exit."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+
+from ferrule.config import Config
+
+
+def describe(sock: socket.socket, config: Config) -> str:
+    if sock.family == socket.AF_UNIX:
+        return f"unix socket {config.uds}"
+    host, port = sock.getsockname()[:2]
+    if sock.family == socket.AF_INET6:
+        host = f"[{host}]"
+    scheme = "https" if config.ssl_certfile else "http"
+    return f"{scheme}://{host}:{port}"
+
+
+def bound_socket_file(config: Config) -> tuple[int, int] | None:
+    """(device, inode) of the Unix socket file ``listening_socket`` just bound at ``uds``
+    (not one inherited with ``fd``): this process removes it on exit, as uvicorn does."""
+    if not config.uds or config.fd is not None:
+        return None
+    try:
+        found = os.stat(config.uds)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def remove_socket_file(config: Config, identity: tuple[int, int] | None) -> None:
+    """Remove the socket file at ``uds`` if it is still the one this process bound (not a
+    file put in its place since, by another server or by hand)."""
+    if identity is None or config.uds is None:
+        return
+    try:
+        found = os.lstat(config.uds)
+        if stat.S_ISSOCK(found.st_mode) and (found.st_dev, found.st_ino) == identity:
+            os.unlink(config.uds)
+    except OSError:  # gone already, or not ours to remove
+        pass
+
+
+def listening_socket(config: Config) -> socket.socket:
+    """The socket to serve: inherited (``fd``), a Unix socket, or TCP; bound and listening."""
+    if config.fd is not None:
+        sock = socket.socket(fileno=config.fd)
+        sock.setblocking(False)
+        return sock
+    if config.uds:
+        if os.path.exists(config.uds):
+            os.unlink(config.uds)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(config.uds)
+            os.chmod(config.uds, 0o666)
+        except OSError:
+            sock.close()
+            raise
+    else:
+        family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((config.host, config.port))
+        except OSError as exc:
+            sock.close()
+            raise OSError(
+                exc.errno,
+                f"error while attempting to bind on address ({config.host!r}, {config.port}): "
+                f"{exc.strerror.lower() if exc.strerror else exc}",
+            ) from None
+    sock.listen(config.backlog)
+    sock.setblocking(False)
+    return sock

@@ -1,0 +1,356 @@
+"""The parent process of ``--workers N`` (``Supervisor``) and ``--reload`` (``Reloader``): it
+binds the socket once, starts worker processes (``python -m ferrule`` serving the inherited
+socket, each importing the app itself), watches them and stops them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ferrule.config import KEY_PASSWORD_ENV, Config
+from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
+from ferrule.watch import WatchedFiles, changed_files
+
+logger = logging.getLogger("ferrule.error")
+
+
+#: How long a new worker may take to start serving (import the app, run lifespan startup)
+#: before its silence counts against the health check: generous, as imports can be slow.
+WORKER_STARTUP_GRACE = 300.0
+
+
+class Worker:
+    """A worker process started by ``Supervisor``, and the reading end of the pipe its event
+    loop writes heartbeats on (see ``Heartbeat``)."""
+
+    def __init__(self, config: Config, sock: socket.socket) -> None:
+        self.fd: int | None = None
+        if not config.timeout_worker_healthcheck:
+            self.process = spawn_worker(config, sock)
+        else:
+            self.fd, write_end = os.pipe()
+            os.set_blocking(self.fd, False)
+            try:
+                self.process = spawn_worker(config, sock, heartbeat_fd=write_end)
+            except BaseException:
+                self.close()
+                raise
+            finally:
+                os.close(write_end)  # the worker's now: EOF here once it exits
+        self.started = time.monotonic()
+        self.last_beat: float | None = None
+        self.terminated: float | None = None  # when the supervisor sent SIGTERM
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def read_beats(self, now: float) -> None:
+        if self.fd is None:
+            return
+        try:
+            if os.read(self.fd, 4096):
+                self.last_beat = now
+        except BlockingIOError:  # nothing new
+            pass
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class Supervisor:
+    """``--workers N``: N processes each importing the app itself (never forked after import),
+    sharing one listening socket; a worker that dies is replaced, and so is one whose event
+    loop stops beating (``--timeout-worker-healthcheck``); SIGINT/SIGTERM stops all."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.workers: list[Worker] = []
+        # Workers that failed the health check: SIGTERM sent, their replacements running.
+        self.retiring: list[Worker] = []
+        self.stopping = False
+
+    def run(self) -> int:
+        try:
+            sock = listening_socket(self.config)
+        except OSError as exc:
+            logger.error("%s", exc)
+            return 1
+        socket_file = bound_socket_file(self.config)
+        sock.set_inheritable(True)
+        logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
+        logger.info("Started parent process [%d]", os.getpid())
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._on_signal)
+        self.workers = [Worker(self.config, sock) for _ in range(self.config.workers)]
+        while not self.stopping:
+            now = time.monotonic()
+            for i, worker in enumerate(self.workers):
+                if self.stopping:
+                    break
+                if worker.process.poll() is not None:
+                    if worker.process.returncode == 0:  # it stopped itself: --limit-max-requests
+                        logger.info("Worker [%d] finished; starting a new one", worker.pid)
+                    else:
+                        logger.warning(
+                            "Worker [%d] died (%s); starting a new one",
+                            worker.pid,
+                            worker.process.returncode,
+                        )
+                    worker.close()
+                    self.workers[i] = Worker(self.config, sock)
+                elif not self._healthy(worker, now):
+                    worker.process.send_signal(signal.SIGTERM)
+                    worker.terminated = now
+                    self.retiring.append(worker)
+                    self.workers[i] = Worker(self.config, sock)
+            self._reap_retiring(now)
+            time.sleep(0.1)
+        everyone = self.workers + self.retiring
+        stop_workers(self.config, [worker.process for worker in everyone])
+        for worker in everyone:
+            worker.close()
+        sock.close()
+        remove_socket_file(self.config, socket_file)
+        logger.info("Stopping parent process [%d]", os.getpid())
+        return 0
+
+    def _healthy(self, worker: Worker, now: float) -> bool:
+        """False, with a warning, for a worker whose loop has not beaten for the timeout, or
+        that has not started serving within ``WORKER_STARTUP_GRACE``."""
+        timeout = self.config.timeout_worker_healthcheck
+        if not timeout:
+            return True
+        worker.read_beats(now)
+        if worker.last_beat is None:
+            grace = max(WORKER_STARTUP_GRACE, timeout)
+            if now - worker.started <= grace:
+                return True
+            logger.warning(
+                "Worker [%d] has not started serving within %g seconds; "
+                "terminating it and starting a new one",
+                worker.pid,
+                grace,
+            )
+            return False
+        silent = now - worker.last_beat
+        if silent <= timeout:
+            return True
+        logger.warning(
+            "Worker [%d] failed its health check: its event loop has not run for %.1f seconds "
+            "(--timeout-worker-healthcheck %g); terminating it and starting a new one",
+            worker.pid,
+            silent,
+            timeout,
+        )
+        return False
+
+    def _reap_retiring(self, now: float) -> None:
+        """Forget the retiring workers that exited; SIGKILL one whose loop is still stuck a
+        health-check timeout after its SIGTERM (a blocked loop never runs the handler), or
+        still shutting down past the graceful-shutdown timeout and 5 s."""
+        timeout = self.config.timeout_worker_healthcheck
+        graceful = (self.config.timeout_graceful_shutdown or 30) + 5
+        for worker in list(self.retiring):
+            if worker.process.poll() is not None:
+                worker.close()
+                self.retiring.remove(worker)
+                continue
+            assert worker.terminated is not None
+            worker.read_beats(now)
+            stuck = worker.last_beat is None or worker.last_beat < worker.terminated
+            waited = now - worker.terminated
+            if (stuck and waited > timeout) or waited > graceful:
+                logger.warning("Worker [%d] did not stop after SIGTERM; killing it", worker.pid)
+                worker.process.kill()
+                worker.process.wait()
+                worker.close()
+                self.retiring.remove(worker)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+
+
+class Reloader:
+    """``--reload``: one worker process, as ``Supervisor`` starts them (it never watches), on a
+    socket this process binds once and keeps, so the port stays open across restarts. Every
+    ``reload_delay`` seconds the watched files' mtimes are compared with the last look; on a
+    change the worker is stopped gracefully and a new one started. A worker that fails (a
+    syntax error, an import error) is not restarted until the next change. No health check
+    (``--timeout-worker-healthcheck``), as in uvicorn: while developing, a loop stopped at a
+    ``breakpoint()`` is wanted, not a worker to replace."""
+
+    name = "StatReload"
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.files = WatchedFiles(
+            config.reload_dirs or [os.getcwd()],
+            includes=config.reload_includes or [],
+            excludes=config.reload_excludes or [],
+        )
+        self.should_exit = threading.Event()
+
+    def run(self) -> int:
+        try:
+            sock = listening_socket(self.config)
+        except OSError as exc:
+            logger.error("%s", exc)
+            return 1
+        socket_file = bound_socket_file(self.config)
+        sock.set_inheritable(True)
+        logger.info("Will watch for changes in these directories: %s", sorted(self.files.dirs))
+        logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
+        logger.info("Started reloader process [%d] using %s", os.getpid(), self.name)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._on_signal)
+        seen = self.files.snapshot()
+        worker: subprocess.Popen[bytes] | None = spawn_worker(self.config, sock)
+        # Event.wait, not sleep: a signal wakes it at once.
+        while not self.should_exit.wait(self.config.reload_delay):
+            if worker is not None and worker.poll() is not None:
+                if worker.returncode == 0:  # it stopped itself: --limit-max-requests
+                    logger.info("Worker [%d] finished; starting a new one", worker.pid)
+                    worker = spawn_worker(self.config, sock)
+                else:
+                    logger.warning(
+                        "Worker [%d] died (%s); waiting for file changes to start it again",
+                        worker.pid,
+                        worker.returncode,
+                    )
+                    worker = None
+            now = self.files.snapshot()
+            changes = changed_files(seen, now)
+            seen = now
+            if not changes:
+                continue
+            logger.warning(
+                "%s detected changes in %s. Reloading...", self.name, self.files.describe(changes)
+            )
+            if worker is not None:
+                stop_workers(self.config, [worker])
+            if self.should_exit.is_set():
+                worker = None
+                break
+            # Changes made while the old worker stopped are in the new one: not seen again.
+            seen = self.files.snapshot()
+            worker = spawn_worker(self.config, sock)
+        if worker is not None:
+            stop_workers(self.config, [worker])
+        sock.close()
+        remove_socket_file(self.config, socket_file)
+        logger.info("Stopping reloader process [%d]", os.getpid())
+        return 0
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.should_exit.set()
+
+
+def spawn_worker(
+    config: Config, sock: socket.socket, heartbeat_fd: int | None = None
+) -> subprocess.Popen[bytes]:
+    """A worker process (``python -m ferrule``) serving the inherited ``sock``; it imports the
+    app itself, and beats on ``heartbeat_fd`` when given."""
+    args = worker_arguments(config, sock.fileno())
+    fds = [sock.fileno()]
+    if heartbeat_fd is not None:
+        args += ["--heartbeat-fd", str(heartbeat_fd)]
+        fds.append(heartbeat_fd)
+    env = None
+    if config.ssl_keyfile_password is not None:
+        # Not on the command line, which any user can read with ps; a process's
+        # environment is readable only by its owner.
+        env = {**os.environ, KEY_PASSWORD_ENV: config.ssl_keyfile_password}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "ferrule", *args],
+        pass_fds=fds,
+        start_new_session=False,
+        env=env,
+    )
+    logger.info("Started worker process [%d]", worker.pid)
+    return worker
+
+
+def stop_workers(config: Config, workers: Iterable[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each running worker, then wait for all: the graceful-shutdown timeout (30 s
+    if none) and 5 s more, after which a worker still running is killed."""
+    workers = list(workers)
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + (config.timeout_graceful_shutdown or 30) + 5
+    for worker in workers:
+        try:
+            worker.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+
+
+def worker_arguments(config: Config, fd: int) -> list[str]:
+    """The command line for one worker: the parent's options, serving the inherited socket."""
+    args = [str(config.app), "--fd", str(fd), "--worker", "--workers", "1", "--loop", config.loop]
+    args += ["--lifespan", config.lifespan, "--root-path", config.root_path]
+    args += ["--interface", config.interface]
+    args += ["--timeout-keep-alive", str(config.timeout_keep_alive)]
+    args += ["--timeout-worker-healthcheck", str(config.timeout_worker_healthcheck)]
+    args += ["--backlog", str(config.backlog)]
+    if config.uds:  # what the worker reports; it serves the inherited socket (--fd)
+        args += ["--uds", config.uds]
+    if config.app_dir is not None:
+        args += ["--app-dir", os.path.abspath(config.app_dir)]
+    if config.factory:
+        args.append("--factory")
+    if config.timeout_graceful_shutdown is not None:
+        args += ["--timeout-graceful-shutdown", str(config.timeout_graceful_shutdown)]
+    if config.limit_concurrency is not None:
+        args += ["--limit-concurrency", str(config.limit_concurrency)]
+    if config.limit_request_body is not None:
+        args += ["--limit-request-body", str(config.limit_request_body)]
+    if config.max_connections is not None:
+        args += ["--max-connections", str(config.max_connections)]
+    if isinstance(config.log_level, str):
+        args += ["--log-level", config.log_level]
+    args.append("--access-log" if config.access_log else "--no-access-log")
+    if config.use_colors is not None:  # else the worker looks at the stderr it inherits
+        args.append("--use-colors" if config.use_colors else "--no-use-colors")
+    args.append("--proxy-headers" if config.proxy_headers else "--no-proxy-headers")
+    args.append("--server-header" if config.server_header else "--no-server-header")
+    args.append("--date-header" if config.date_header else "--no-date-header")
+    if config.reset_contextvars:
+        args.append("--reset-contextvars")
+    if config.limit_max_requests is not None:
+        args += ["--limit-max-requests", str(config.limit_max_requests)]
+        args += ["--limit-max-requests-jitter", str(config.limit_max_requests_jitter)]
+    if isinstance(config.log_config, str):
+        args += ["--log-config", os.path.abspath(config.log_config)]
+    for name, value in config.headers:
+        args += ["--header", f"{name}:{value}"]
+    if config.forwarded_allow_ips is not None:
+        args += ["--forwarded-allow-ips", ",".join(config.trusted_proxies)]
+    args += ["--http", config.http, "--ssl-cert-reqs", str(config.ssl_cert_reqs)]
+    args += ["--ws", config.ws, "--ws-max-size", str(config.ws_max_size)]
+    args += ["--ws-max-queue", str(config.ws_max_queue)]
+    args += ["--ws-ping-interval", str(config.ws_ping_interval or 0)]
+    args += ["--ws-ping-timeout", str(config.ws_ping_timeout or 0)]
+    for option in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs"):
+        value = getattr(config, option)
+        if value is not None:
+            args += ["--" + option.replace("_", "-"), os.path.abspath(value)]
+    if config.rust_hello_route is not None:
+        args += ["--rust-hello-route", config.rust_hello_route]
+    if config.stats_route is not None:
+        args += ["--stats-route", config.stats_route]
+    if config.trace_requests:
+        args.append("--trace-requests")
+    return args
