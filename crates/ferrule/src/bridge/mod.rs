@@ -221,15 +221,9 @@ impl Shared {
         )
     }
 
-    /// Wakes the loop thread: at once, or in loop-only mode when this tokio worker runs out
-    /// of work (see `waker`).
+    /// Wakes the loop thread: from a tokio worker, once it runs out of work (see `waker`).
     fn wake(&self) {
-        match self.mode {
-            Mode::LoopOnly => self.waker.wake_soon(),
-            Mode::Gated => {
-                self.waker.wake();
-            }
-        }
+        self.waker.wake_soon();
     }
 
     /// Queues a drive for the loop thread and wakes it.
