@@ -34,6 +34,42 @@ def test_content_length_honoured(server: ServerProcess) -> None:
     assert response.body == b"hello world"
 
 
+def test_empty_end_after_every_declared_byte_is_not_a_disconnect(server: ServerProcess) -> None:
+    """Rule: an app that sends all of its Content-Length with ``more_body`` and then ends the
+    body with an empty message (Starlette's FileResponse does, for a file that is a whole
+    number of chunks) completes normally: the client gets the 10 bytes, every ``send()``
+    returns, and the connection stays usable. Broken (seen before the fix): hyper drops the
+    body once the declared bytes are out, ferrule took that for the client leaving, and the
+    final ``send()`` raised ClientDisconnected, so whatever the app does after it (Starlette's
+    background tasks) never ran and the log said the client disconnected."""
+    key = uuid.uuid4().hex
+    with server.raw() as conn:
+        conn.send(request_bytes("GET", f"/length-then-empty-end?key={key}"))
+        response = conn.read_response()
+        assert response.status == 200
+        assert response.body == b"0123456789"
+        conn.send(request_bytes("GET", "/content-length"))
+        assert conn.read_response().body == b"hello world"
+    record = fetch_record(server, key, timeout=5)
+    assert record == {"sends": ["first half", "second half", "empty end"]}, record
+    assert "Client disconnected" not in server.stderr, server.describe()
+
+
+def test_body_past_the_declared_length_is_an_app_error(server: ServerProcess) -> None:
+    """Rule: a non-empty body message after the declared Content-Length has gone out raises a
+    RuntimeError in the app (uvicorn's h11 refuses it too), and the client still has its
+    complete response. Broken (seen before the fix): the send raised ClientDisconnected, as if
+    the client had left."""
+    key = uuid.uuid4().hex
+    with server.raw() as conn:
+        conn.send(request_bytes("GET", f"/length-then-empty-end?key={key}&extra=1"))
+        response = conn.read_response()
+        assert response.body == b"0123456789"
+    record = fetch_record(server, key, timeout=5)
+    assert record["sends"] == ["first half", "second half"], record
+    assert "longer than Content-Length" in record.get("error", ""), record
+
+
 def test_chunked_without_content_length_on_http11(server: ServerProcess) -> None:
     """Rule: with no Content-Length, an HTTP/1.1 response is chunked and ends with the
     zero-length chunk when more_body is False. Broken: no Transfer-Encoding (the body would be

@@ -28,6 +28,29 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await start(send, 200, [(b"content-length", b"11")])
         await body(send, b"hello ", more=True)
         await body(send, b"world")
+    elif path == "/length-then-empty-end":
+        # As Starlette's FileResponse does when the file is a whole number of chunks: every
+        # declared byte goes out with more_body, then an empty message ends the body.
+        outcome: dict[str, Any] = {"sends": []}
+        try:
+            await start(send, 200, [(b"content-length", b"10")])
+            await body(send, b"01234", more=True)
+            outcome["sends"].append("first half")
+            await body(send, b"56789", more=True)
+            outcome["sends"].append("second half")
+            # FileResponse reads the next (empty) chunk in a thread: hyper writes meanwhile.
+            await asyncio.sleep(0.05)
+            if params.get("extra"):
+                await body(send, b"more")
+                outcome["sends"].append("past the end")
+            else:
+                await body(send, b"")
+                outcome["sends"].append("empty end")
+        except Exception as exc:  # noqa: BLE001 - recorded for the test
+            outcome["error"] = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            RECORDS[params.get("key", "")] = outcome  # once the app is done
     elif path == "/chunked":
         await start(send, 200, [(b"content-type", b"text/plain")])
         await body(send, b"a", more=True)

@@ -70,6 +70,9 @@ struct ExchangeState {
     body_tx: Option<mpsc::Sender<Bytes>>,
     body: RequestBody,
     disconnected: bool,
+    /// hyper has sent every byte of the declared Content-Length and let go of the body: the
+    /// response is whole on the wire, though the app may still end it with an empty message.
+    length_reached: bool,
     /// Request body bytes handed to the app so far (for `limit_request_body`).
     body_read: u64,
     status: u16,
@@ -117,6 +120,7 @@ impl Exchange {
                 body_tx: None,
                 body: RequestBody::Unread(body),
                 disconnected: false,
+                length_reached: false,
                 body_read: 0,
                 status: 0,
                 disconnect_waiters: Vec::new(),
@@ -161,6 +165,13 @@ impl Exchange {
             std::mem::take(&mut state.disconnect_waiters)
         };
         self.resolve_disconnect_waiters(py, waiters);
+    }
+
+    /// hyper let go of the streamed body once the declared length was out (see `StreamBody`).
+    fn mark_length_reached(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.length_reached = true;
+        state.body_tx = None;
     }
 
     fn resolve_disconnect_waiters(&self, py: Python<'_>, waiters: Vec<Py<NativeFuture>>) {
@@ -494,7 +505,9 @@ impl Send {
         }
         let (tx, rx) = mpsc::channel(4);
         state.phase = Phase::Complete;
-        let unsent = exchange.send_head(&mut state, ResponseBody::stream(rx, exchange.clone()));
+        // Complete already: hyper dropping this body early is nothing the app must hear of.
+        let body = ResponseBody::stream(rx, exchange.clone(), None);
+        let unsent = exchange.send_head(&mut state, body);
         let waiters = std::mem::take(&mut state.disconnect_waiters);
         drop(state);
         drop(unsent);
@@ -554,7 +567,8 @@ impl Send {
                     }
                     state.body_tx = Some(tx);
                     state.phase = if more_body { Phase::Streaming } else { Phase::AwaitingTrailers };
-                    ResponseBody::stream(rx, exchange.clone())
+                    let declared = state.head.as_ref().and_then(|(_, headers)| declared_length(headers));
+                    ResponseBody::stream(rx, exchange.clone(), declared)
                 } else {
                     state.phase = Phase::Complete;
                     ResponseBody::full(body)
@@ -564,6 +578,21 @@ impl Send {
                 drop(state);
                 drop(unsent);
                 exchange.resolve_disconnect_waiters(py, waiters);
+                Ok(self.done(py))
+            }
+            Phase::Streaming if state.length_reached => {
+                // As uvicorn (h11) refuses it: the response is already whole on the wire.
+                if !body.is_empty() {
+                    return Err(PyRuntimeError::new_err(
+                        "Response content longer than Content-Length",
+                    ));
+                }
+                if !more_body {
+                    state.phase = Phase::Complete;
+                    let waiters = std::mem::take(&mut state.disconnect_waiters);
+                    drop(state);
+                    exchange.resolve_disconnect_waiters(py, waiters);
+                }
                 Ok(self.done(py))
             }
             Phase::Streaming => {
@@ -682,6 +711,17 @@ pub(crate) fn parse_headers(py: Python<'_>, message: &Bound<'_, PyAny>) -> PyRes
     Ok(headers)
 }
 
+/// The Content-Length a response head declares, if one valid one.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// The response body hyper polls: all at once, or streamed from the app through a channel.
 pub enum ResponseBody {
     Full(Option<Bytes>),
@@ -694,6 +734,10 @@ pub struct StreamBody {
     /// Held so that hyper dropping the body before its end tells the app the client is gone.
     exchange: Arc<Exchange>,
     ended: bool,
+    /// The response's Content-Length, if it declared one, and the bytes handed to hyper: hyper
+    /// drops a body as soon as the declared length is out, which is not the client leaving.
+    declared: Option<u64>,
+    sent: u64,
 }
 
 impl ResponseBody {
@@ -701,13 +745,15 @@ impl ResponseBody {
         ResponseBody::Full(Some(body))
     }
 
-    fn stream(rx: mpsc::Receiver<Bytes>, exchange: Arc<Exchange>) -> Self {
+    fn stream(rx: mpsc::Receiver<Bytes>, exchange: Arc<Exchange>, declared: Option<u64>) -> Self {
         let aborted = exchange.aborted.clone();
         ResponseBody::Stream(StreamBody {
             rx,
             aborted,
             exchange,
             ended: false,
+            declared,
+            sent: 0,
         })
     }
 }
@@ -739,7 +785,10 @@ impl Body for ResponseBody {
                     .map(|b| Ok(Frame::data(b))),
             ),
             ResponseBody::Stream(stream) => match stream.rx.poll_recv(cx) {
-                Poll::Ready(Some(chunk)) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
+                Poll::Ready(Some(chunk)) => {
+                    stream.sent += chunk.len() as u64;
+                    Poll::Ready(Some(Ok(Frame::data(chunk))))
+                }
                 Poll::Ready(None) => {
                     let trailers = stream.exchange.trailers.lock().unwrap().take();
                     if let Some(trailers) = trailers {
@@ -776,7 +825,12 @@ impl Body for ResponseBody {
 
 impl Drop for StreamBody {
     fn drop(&mut self) {
-        if !self.ended {
+        if self.ended {
+            return;
+        }
+        if self.declared.is_some_and(|declared| self.sent >= declared) {
+            self.exchange.mark_length_reached();
+        } else {
             let exchange = self.exchange.clone();
             Python::attach(|py| exchange.mark_disconnected(py));
         }
