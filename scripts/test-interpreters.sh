@@ -174,6 +174,18 @@ mount_chroot() {
         mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$CHROOT/dev/shm" || die "cannot mount /dev/shm in the chroot"
         MOUNTED+=("$CHROOT/dev/shm")
     fi
+    # Pseudo-terminals (tests run the server with its stderr on one): a devpts instance of the
+    # chroot's own (newinstance: nothing shared with the host's), reached through /dev/ptmx.
+    mkdir -p "$CHROOT/dev/pts"
+    if ! mountpoint -q "$CHROOT/dev/pts"; then
+        mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts "$CHROOT/dev/pts" \
+            || die "cannot mount devpts in the chroot"
+        MOUNTED+=("$CHROOT/dev/pts")
+    fi
+    if [[ ! -L $CHROOT/dev/ptmx ]]; then
+        rm -f "$CHROOT/dev/ptmx"
+        ln -s pts/ptmx "$CHROOT/dev/ptmx"
+    fi
     # debootstrap normally creates the device nodes; bind single nodes from the host if not.
     # (Never bind the whole /dev: mounts made under it could propagate back to the host.)
     for dev in null zero full random urandom tty; do
