@@ -203,6 +203,7 @@ async def _serve(
             logger.info("Shutting down")
             server.shutdown(config.timeout_graceful_shutdown)
         await serving
+        await _apps_finished(bridge, config.timeout_graceful_shutdown)
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
         await lifespan.shutdown()
@@ -243,6 +244,18 @@ class Heartbeat:
         if self.handle is not None:
             self.handle.cancel()
         os.close(self.fd)
+
+
+async def _apps_finished(bridge: Bridge, timeout: float | None) -> None:
+    """Waits for app coroutines still running once every connection has closed, as uvicorn
+    waits for its request tasks: an app may go on after its response is whole (a2wsgi waits
+    for its WSGI thread), and closing the bridge would cancel it, logged as an app error. At
+    most the graceful-shutdown timeout, or 30 s without one (what the supervisor allows a
+    worker before it kills it is that plus 5 s)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + (timeout if timeout is not None else 30.0)
+    while bridge.in_flight and loop.time() < deadline:
+        await asyncio.sleep(0.01)
 
 
 async def _until(awaitable: Any) -> Any:
