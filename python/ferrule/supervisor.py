@@ -81,13 +81,10 @@ class Supervisor:
         self.stopping = False
 
     def run(self) -> int:
-        try:
-            sock = listening_socket(self.config)
-        except OSError as exc:
-            logger.error("%s", exc)
+        bound = parent_socket(self.config)
+        if bound is None:
             return 1
-        socket_file = bound_socket_file(self.config)
-        sock.set_inheritable(True)
+        sock, socket_file = bound
         logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
         logger.info("Started parent process [%d]", os.getpid())
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -202,13 +199,10 @@ class Reloader:
         self.should_exit = threading.Event()
 
     def run(self) -> int:
-        try:
-            sock = listening_socket(self.config)
-        except OSError as exc:
-            logger.error("%s", exc)
+        bound = parent_socket(self.config)
+        if bound is None:
             return 1
-        socket_file = bound_socket_file(self.config)
-        sock.set_inheritable(True)
+        sock, socket_file = bound
         logger.info("Will watch for changes in these directories: %s", sorted(self.files.dirs))
         logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
         logger.info("Started reloader process [%d] using %s", os.getpid(), self.name)
@@ -254,6 +248,18 @@ class Reloader:
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.should_exit.set()
+
+
+def parent_socket(config: Config) -> tuple[socket.socket, tuple[int, int] | None] | None:
+    """The socket a parent binds once for all its workers (inheritable), and the identity of
+    the Unix socket file it made, if any; None (the error logged) if it cannot be bound."""
+    try:
+        sock = listening_socket(config)
+    except OSError as exc:
+        logger.error("%s", exc)
+        return None
+    sock.set_inheritable(True)
+    return sock, bound_socket_file(config)
 
 
 def spawn_worker(
