@@ -131,25 +131,26 @@ def test_factory_option_calls_the_callable() -> None:
     ],
     ids=["no-colon", "missing-module", "missing-attribute"],
 )
-def test_bad_app_string_exits_1_with_message(app: str, mentions: str) -> None:
-    """Rule: a bad APP string, a missing module or a missing attribute exits with status 1 and a
-    clear message on stderr naming what failed. Broken: a hang (killed after 15 s), another exit
-    status, or a message that does not name the import string."""
+def test_bad_app_string_exits_3_with_message(app: str, mentions: str) -> None:
+    """Rule: a bad APP string, a missing module or a missing attribute exits with status 3
+    (uvicorn's STARTUP_FAILURE) and a clear message on stderr naming what failed. Broken: a
+    hang (killed after 15 s), another exit status, or a message that does not name the import
+    string."""
     result = run_to_exit(ferrule_command(app, "--port", "0"))
-    assert result.returncode == 1, result.describe()
+    assert result.returncode == 3, result.describe()
     assert mentions in result.stderr, result.describe()
     assert "running on" not in result.stderr
 
 
-def test_port_in_use_exits_1() -> None:
-    """Rule: a port already in use exits with status 1 and "Address already in use" on stderr.
+def test_port_in_use_exits_3() -> None:
+    """Rule: a port already in use exits with status 3 and "Address already in use" on stderr.
     Broken: a traceback-only crash, exit 0, or a hang."""
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", 0))
         blocker.listen(1)
         port = blocker.getsockname()[1]
         result = run_to_exit(ferrule_command("hello_app:app", "--port", str(port)))
-    assert result.returncode == 1, result.describe()
+    assert result.returncode == 3, result.describe()
     assert "address already in use" in result.stderr.lower(), result.describe()
 
 
@@ -490,17 +491,17 @@ def test_header_option_and_date_header_switch(workers: str) -> None:
 def test_env_file_is_loaded_before_the_app(tmp_path: Path) -> None:
     """Rule: ``--env-file FILE`` (uvicorn's option, python-dotenv) puts the file's variables in
     the environment before the app runs: the lifespan app that refuses startup names the
-    token it read from the file. A missing file is refused with exit 1, naming it. Broken: the
+    token it read from the file. A missing file is refused with exit 3, naming it. Broken: the
     option unknown (exit 2), or the app sees "no-token" (the file not loaded). Seen failing
     with the loading skipped."""
     env_file = tmp_path / "server.env"
     env_file.write_text("# a comment\nFERRULE_TEST_TOKEN=from-the-env-file\n")
     app = "lifespan_apps:startup_failed"
     result = run_to_exit(ferrule_command(app, "--lifespan", "on", "--env-file", str(env_file)))
-    assert result.returncode == 1, result.describe()
+    assert result.returncode == 3, result.describe()
     assert "startup refused from-the-env-file" in result.stderr, result.describe()
     missing = run_to_exit(ferrule_command(app, "--env-file", str(tmp_path / "absent.env")))
-    assert missing.returncode == 1, missing.describe()
+    assert missing.returncode == 3, missing.describe()
     assert "absent.env" in missing.stderr, missing.describe()
 
 
@@ -508,7 +509,7 @@ def test_env_file_is_loaded_before_the_app(tmp_path: Path) -> None:
 def test_log_config_file_formats_the_server_logs(tmp_path: Path, suffix: str) -> None:
     """Rule: ``--log-config FILE`` (uvicorn's option) configures logging before the server
     logs anything: a JSON or YAML dictConfig, or a fileConfig .ini, whose format marks each
-    line "CUSTOM <level>". A file that cannot be read is refused with exit 1, naming it.
+    line "CUSTOM <level>". A file that cannot be read is refused with exit 3, naming it.
     Broken: the option unknown (exit 2), or ferrule's default format ("ERROR:    ...")
     where the config asked for its own. Seen failing (all three) with the config skipped."""
     config_file = tmp_path / f"logging{suffix}"
@@ -537,13 +538,13 @@ def test_log_config_file_formats_the_server_logs(tmp_path: Path, suffix: str) ->
         config_file.write_text(json.dumps(config))  # JSON is YAML too
     app = "lifespan_apps:startup_failed"
     result = run_to_exit(ferrule_command(app, "--lifespan", "on", "--log-config", str(config_file)))
-    assert result.returncode == 1, result.describe()
+    assert result.returncode == 3, result.describe()
     assert re.search(r"^CUSTOM ERROR .*startup refused", result.stderr, re.M), result.describe()
     assert "ERROR:    " not in result.stderr, result.describe()
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
     refused = run_to_exit(ferrule_command(app, "--log-config", str(broken)))
-    assert refused.returncode == 1, refused.describe()
+    assert refused.returncode == 3, refused.describe()
     assert "broken.json" in refused.stderr, refused.describe()
 
 

@@ -124,7 +124,7 @@ def test_wsgi_app_with_a2wsgi(workers: str) -> None:
 
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_wsgi_without_a2wsgi_exits_with_install_hint(tmp_path: Path, workers: str) -> None:
-    """Rule: without a2wsgi, ``--interface wsgi`` exits 1 at once with a message naming
+    """Rule: without a2wsgi, ``--interface wsgi`` exits 3 at once with a message naming
     ``pip install a2wsgi``; with workers, the parent says so before starting any. a2wsgi is
     hidden from every process by a package of that name, first on ``PYTHONPATH``, whose import
     raises ImportError. Seen failing with the parent's check removed: with two workers, each
@@ -137,6 +137,6 @@ def test_wsgi_without_a2wsgi_exits_with_install_hint(tmp_path: Path, workers: st
         ferrule_command("interface_apps:wsgi", "--interface", "wsgi", "--workers", workers),
         env={"PYTHONPATH": path},
     )
-    assert result.returncode == 1, result.describe()
+    assert result.returncode == 3, result.describe()
     assert "pip install a2wsgi" in result.stderr, result.describe()
     assert "Traceback" not in result.stderr and "running on" not in result.stderr

@@ -293,7 +293,7 @@ def test_bad_reload_options_are_usage_errors(
 
 
 def test_run_with_an_app_object_and_reload_returns_1(tmp_path: Path) -> None:
-    """Rule: ``ferrule.run(app_object, reload=True)`` returns 1 with uvicorn's message: a
+    """Rule: ``ferrule.run(app_object, reload=True)`` returns 3 with uvicorn's message: a
     worker process cannot import an object. Seen failing: without the check, run() started a
     reloader whose worker could not import the object's repr, and which then waited for file
     changes (killed after 10 s)."""
@@ -303,6 +303,6 @@ def test_run_with_an_app_object_and_reload_returns_1(tmp_path: Path) -> None:
         "sys.exit(ferrule.run(app, reload=True, port=0))\n"
     )
     result = run_to_exit([sys.executable, "-c", script], cwd=tmp_path, timeout=10)
-    assert result.returncode == 1, result.describe()
+    assert result.returncode == 3, result.describe()
     message = "You must pass the application as an import string to enable 'reload' or 'workers'."
     assert message in result.stderr, result.describe()

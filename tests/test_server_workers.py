@@ -307,3 +307,102 @@ def test_web_concurrency_from_the_env_file(tmp_path: Path) -> None:
     with running_server("workers_app:app", "--env-file", str(env_file)) as server:
         pids = collect_workers(server, 2)
     assert server.pid not in pids
+
+
+# -- startup failures and uvicorn's SIGHUP, SIGTTIN, SIGTTOU -----------------------------------
+
+
+def worker_children(parent: int) -> set[int]:
+    """The pids of the live (not zombie) processes whose parent is ``parent``."""
+    children = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z" and int(fields[1]) == parent:
+            children.add(int(entry.name))
+    return children
+
+
+def test_worker_that_fails_to_start_stops_the_parent() -> None:
+    """Rule: as uvicorn, a worker that fails before serving (here lifespan startup fails)
+    exits with status 3, and the parent then stops all and exits 3 too: the next worker would
+    fail the same way. Seen failing before the fix: the parent started a new worker, which
+    failed, again and again (40 workers in 15 s) until the test killed it."""
+    result = run_to_exit(
+        ferrule_command(
+            "lifespan_apps:startup_failed", "--port", "0", "--lifespan", "on", "--workers", "2"
+        ),
+        timeout=30,
+    )
+    assert result.returncode == 3, result.describe()
+    assert "failed to start; stopping the parent process" in result.stderr, result.describe()
+    assert result.stderr.count("Started worker process") <= 2, result.describe()
+
+
+def test_sighup_replaces_every_worker_while_serving() -> None:
+    """Rule: SIGHUP to the parent replaces the workers one by one (uvicorn's restart, to load
+    new code), each retired only once its replacement serves: new pids answer afterwards, the
+    old workers exit, and no request fails meanwhile. Seen failing before the fix: SIGHUP's
+    default action killed the parent, and its orphaned workers served on."""
+    with running_server("workers_app:app", "--workers", str(WORKERS)) as server:
+        old = collect_workers(server, WORKERS)
+        os.kill(server.pid, signal.SIGHUP)
+        new: set[int] = set()
+        deadline = time.monotonic() + 30
+        while (len(new) < WORKERS or any(pid_alive(pid) for pid in old)) and (
+            time.monotonic() < deadline
+        ):
+            pid = serving_pid(server)["pid"]  # raises if a request fails
+            if pid not in old:
+                new.add(pid)
+        assert len(new) == WORKERS, (new, server.describe())
+        assert not [pid for pid in old if pid_alive(pid)], server.describe()
+        assert worker_children(server.pid) == new
+        assert server.returncode is None
+    assert "Received SIGHUP, restarting processes." in server.stderr, server.describe()
+
+
+def test_sighup_with_broken_code_keeps_the_old_workers(tmp_path: Path) -> None:
+    """Rule: a SIGHUP restart whose new worker cannot start (the code deployed does not import)
+    kills that worker, logs why and keeps every old worker serving; the parent does not stop
+    (that is for a failure at first start). Seen failing before the fix: SIGHUP killed the
+    parent."""
+    flag = tmp_path / "broken"
+    env = {"FERRULE_TEST_BROKEN_FLAG": str(flag)}
+    with running_server("workers_app:app", "--workers", str(WORKERS), env=env) as server:
+        old = collect_workers(server, WORKERS)
+        flag.touch()
+        os.kill(server.pid, signal.SIGHUP)
+        poll(
+            lambda: "giving up the restart" in server.stderr,
+            timeout=30,
+            what="the restart to be given up",
+        )
+        assert worker_children(server.pid) == old
+        assert collect_workers(server, WORKERS) == old
+        assert server.returncode is None
+    assert "the code deployed is broken" in server.stderr, server.describe()
+
+
+def test_sigttin_and_sigttou_change_the_number_of_workers() -> None:
+    """Rule: as uvicorn, SIGTTIN starts one more worker and SIGTTOU retires one (it finishes
+    and exits), never below one. Seen failing before the fix: SIGTTIN's default action stopped
+    the parent (state T) and no third worker came."""
+    with running_server("workers_app:app", "--workers", str(WORKERS)) as server:
+        collect_workers(server, WORKERS)
+        os.kill(server.pid, signal.SIGTTIN)
+        collect_workers(server, WORKERS + 1)
+        poll(lambda: len(worker_children(server.pid)) == 3, timeout=10, what="three workers")
+        for _ in range(3):  # the third finds one worker left and keeps it
+            os.kill(server.pid, signal.SIGTTOU)
+            time.sleep(0.3)
+        poll(lambda: len(worker_children(server.pid)) == 1, timeout=15, what="one worker")
+        time.sleep(0.5)
+        assert len(worker_children(server.pid)) == 1
+        serving_pid(server)
+    assert "one process is the fewest there can be" in server.stderr, server.describe()

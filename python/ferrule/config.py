@@ -12,6 +12,12 @@ from typing import Any, Literal
 
 from ferrule.interface import INTERFACES, Interface, InterfaceError, adapt
 
+#: The exit status of a server that failed before it served (the app would not load, the
+#: socket would not bind, lifespan startup failed...), uvicorn's: a supervisor (ferrule's own,
+#: or systemd with ``RestartPreventExitStatus=3``) should not restart it, as the next try
+#: would fail the same way.
+STARTUP_FAILURE = 3
+
 LOG_LEVELS = {
     "critical": logging.CRITICAL,
     "error": logging.ERROR,

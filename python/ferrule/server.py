@@ -15,7 +15,7 @@ from ferrule import tls
 from ferrule._bridge import new_event_loop
 from ferrule._ferrule import Bridge, HttpServer
 from ferrule._logging import apply_log_config, configure_logging
-from ferrule.config import AppLoadError, Config, workers_from_environment
+from ferrule.config import STARTUP_FAILURE, AppLoadError, Config, workers_from_environment
 from ferrule.interface import InterfaceError, wsgi_middleware
 from ferrule.lifespan import Lifespan, LifespanFailure
 from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
@@ -29,7 +29,8 @@ def run(app: Any, **options: Any) -> int:
 
     Options are uvicorn's, as keywords: ``host``, ``port``, ``uds``, ``workers``, ``loop``,
     ``lifespan``, ``root_path``, ``timeout_keep_alive``, ``timeout_graceful_shutdown``, ... .
-    Returns the exit status (0 after a clean shutdown).
+    Returns the exit status: 0 after a clean shutdown, ``STARTUP_FAILURE`` (3, as uvicorn)
+    if it could not start.
     """
     config = Config(app=app, **options)
     try:
@@ -44,7 +45,7 @@ def run(app: Any, **options: Any) -> int:
     except (ValueError, InterfaceError) as exc:
         configure_logging(config.log_level_number, config.use_colors)
         logger.error("%s", exc)
-        return 1
+        return STARTUP_FAILURE
     configure_logging(config.log_level_number, config.use_colors)
     reload_options = config.reload_dirs or config.reload_includes or config.reload_excludes
     if reload_options and not config.reload:
@@ -54,12 +55,12 @@ def run(app: Any, **options: Any) -> int:
             logger.error(
                 "You must pass the application as an import string to enable 'reload' or 'workers'."
             )
-            return 1
+            return STARTUP_FAILURE
         if isinstance(config.log_config, dict):
             logger.error(
                 "With reload or workers, log_config must be a file: the workers read it themselves."
             )
-            return 1
+            return STARTUP_FAILURE
         if config.reload:
             if config.workers > 1:
                 logger.warning('"workers" flag is ignored when reloading is enabled.')
@@ -86,17 +87,17 @@ def serve(config: Config) -> int:
         app = config.load_app()
     except AppLoadError as exc:
         logger.error("%s", exc)
-        return 1
+        return STARTUP_FAILURE
     try:
         tls_files = tls.load(config)
     except tls.TlsConfigError as exc:
         logger.error("%s", exc)
-        return 1
+        return STARTUP_FAILURE
     try:
         sock = listening_socket(config)
     except OSError as exc:
         logger.error("%s", exc)
-        return 1
+        return STARTUP_FAILURE
     socket_file = bound_socket_file(config)
     loop = new_event_loop(config.loop)
     asyncio.set_event_loop(loop)
@@ -138,7 +139,7 @@ async def _serve(
         except LifespanFailure as exc:
             logger.error("%s", exc)
             sock.close()
-            return 1
+            return STARTUP_FAILURE
         stop = asyncio.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
@@ -178,7 +179,7 @@ async def _serve(
             logger.error("%s", exc)
             sock.close()
             await lifespan.shutdown()
-            return 1
+            return STARTUP_FAILURE
         where = describe(sock, config)
         if sock.family == socket.AF_UNIX:
             stopped = server.serve_unix(sock.detach(), config.uds)

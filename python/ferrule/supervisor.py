@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ferrule.config import KEY_PASSWORD_ENV, Config
+from ferrule.config import KEY_PASSWORD_ENV, STARTUP_FAILURE, Config
 from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
 from ferrule.watch import WatchedFiles, changed_files
 
@@ -26,25 +26,27 @@ logger = logging.getLogger("ferrule.error")
 #: before its silence counts against the health check: generous, as imports can be slow.
 WORKER_STARTUP_GRACE = 300.0
 
+#: Signals the supervisor acts on as uvicorn's does: restart the workers, one more, one fewer.
+MANAGEMENT_SIGNALS = (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU)
+
 
 class Worker:
     """A worker process started by ``Supervisor``, and the reading end of the pipe its event
     loop writes heartbeats on (see ``Heartbeat``)."""
 
     def __init__(self, config: Config, sock: socket.socket) -> None:
-        self.fd: int | None = None
-        if not config.timeout_worker_healthcheck:
-            self.process = spawn_worker(config, sock)
-        else:
-            self.fd, write_end = os.pipe()
-            os.set_blocking(self.fd, False)
-            try:
-                self.process = spawn_worker(config, sock, heartbeat_fd=write_end)
-            except BaseException:
-                self.close()
-                raise
-            finally:
-                os.close(write_end)  # the worker's now: EOF here once it exits
+        # Always a pipe, even with the health check off: its first beat says the worker serves,
+        # which a restart on SIGHUP waits for before it retires the old worker.
+        self.fd: int | None
+        self.fd, write_end = os.pipe()
+        os.set_blocking(self.fd, False)
+        try:
+            self.process = spawn_worker(config, sock, heartbeat_fd=write_end)
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            os.close(write_end)  # the worker's now: EOF here once it exits
         self.started = time.monotonic()
         self.last_beat: float | None = None
         self.terminated: float | None = None  # when the supervisor sent SIGTERM
@@ -52,6 +54,11 @@ class Worker:
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    @property
+    def serving(self) -> bool:
+        """Whether it has beaten once: its server is up (the app imported, lifespan started)."""
+        return self.last_beat is not None
 
     def read_beats(self, now: float) -> None:
         if self.fd is None:
@@ -70,32 +77,52 @@ class Worker:
 
 class Supervisor:
     """``--workers N``: N processes each importing the app itself (never forked after import),
-    sharing one listening socket; a worker that dies is replaced, and so is one whose event
-    loop stops beating (``--timeout-worker-healthcheck``); SIGINT/SIGTERM stops all."""
+    sharing one listening socket, with uvicorn's signals:
+
+    - a worker that dies is replaced, and so is one whose event loop stops beating
+      (``--timeout-worker-healthcheck``); one that exits with ``STARTUP_FAILURE`` (the app would
+      not load, lifespan startup failed) stops them all, as the next would fail the same way;
+    - SIGHUP replaces the workers one by one, each retired only once its replacement serves
+      (new code deployed under the same command); SIGTTIN adds a worker, SIGTTOU retires one;
+    - SIGINT/SIGTERM stops all."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
         self.workers: list[Worker] = []
-        # Workers that failed the health check: SIGTERM sent, their replacements running.
+        # Workers sent SIGTERM (failed health check, replaced, one fewer): not waited for yet.
         self.retiring: list[Worker] = []
         self.stopping = False
+        self.signals: list[int] = []  # SIGHUP, SIGTTIN, SIGTTOU received, not yet handled
 
     def run(self) -> int:
         bound = parent_socket(self.config)
         if bound is None:
-            return 1
+            return STARTUP_FAILURE
         sock, socket_file = bound
         logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
         logger.info("Started parent process [%d]", os.getpid())
         for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, self._on_signal)
+            signal.signal(signum, self._on_stop_signal)
+        for signum in MANAGEMENT_SIGNALS:
+            signal.signal(signum, self._on_management_signal)
         self.workers = [Worker(self.config, sock) for _ in range(self.config.workers)]
+        status = 0
         while not self.stopping:
+            self._handle_signals(sock)
             now = time.monotonic()
             for i, worker in enumerate(self.workers):
                 if self.stopping:
                     break
+                worker.read_beats(now)
                 if worker.process.poll() is not None:
+                    if worker.process.returncode == STARTUP_FAILURE:
+                        logger.error(
+                            "Worker [%d] failed to start; stopping the parent process",
+                            worker.pid,
+                        )
+                        self.stopping = True
+                        status = STARTUP_FAILURE
+                        break
                     if worker.process.returncode == 0:  # it stopped itself: --limit-max-requests
                         logger.info("Worker [%d] finished; starting a new one", worker.pid)
                     else:
@@ -107,9 +134,7 @@ class Supervisor:
                     worker.close()
                     self.workers[i] = Worker(self.config, sock)
                 elif not self._healthy(worker, now):
-                    worker.process.send_signal(signal.SIGTERM)
-                    worker.terminated = now
-                    self.retiring.append(worker)
+                    self._retire(worker, now)
                     self.workers[i] = Worker(self.config, sock)
             self._reap_retiring(now)
             time.sleep(0.1)
@@ -120,7 +145,61 @@ class Supervisor:
         sock.close()
         remove_socket_file(self.config, socket_file)
         logger.info("Stopping parent process [%d]", os.getpid())
-        return 0
+        return status
+
+    def _handle_signals(self, sock: socket.socket) -> None:
+        while self.signals and not self.stopping:
+            signum = self.signals.pop(0)
+            if signum == signal.SIGHUP:
+                logger.info("Received SIGHUP, restarting processes.")
+                self._restart_all(sock)
+            elif signum == signal.SIGTTIN:
+                logger.info("Received SIGTTIN, increasing the number of processes.")
+                self.workers.append(Worker(self.config, sock))
+            elif len(self.workers) <= 1:
+                logger.info("Received SIGTTOU, but one process is the fewest there can be.")
+            else:
+                logger.info("Received SIGTTOU, decreasing the number of processes.")
+                self._retire(self.workers.pop(), time.monotonic())
+
+    def _restart_all(self, sock: socket.socket) -> None:
+        """Each worker in turn: start its replacement, wait until it serves, then retire the
+        old one (SIGTERM: it finishes its requests). A replacement that exits or stays silent
+        past the startup grace is killed and the restart given up, the old workers kept."""
+        for i, old in enumerate(list(self.workers)):
+            new = Worker(self.config, sock)
+            grace = max(WORKER_STARTUP_GRACE, self.config.timeout_worker_healthcheck)
+            while not (new.serving or self.stopping or new.process.poll() is not None):
+                now = time.monotonic()
+                if now - new.started > grace:
+                    break
+                time.sleep(0.05)
+                new.read_beats(now)
+                self._reap_retiring(now)
+            if not new.serving or self.stopping:
+                if new.process.poll() is None:
+                    new.process.kill()
+                new.process.wait()
+                new.close()
+                if not self.stopping:
+                    logger.error(
+                        "New worker [%d] did not start serving (%s); keeping worker [%d] "
+                        "and giving up the restart",
+                        new.pid,
+                        f"exit status {new.process.returncode}"
+                        if new.process.returncode is not None and new.process.returncode >= 0
+                        else f"not within {grace:g} seconds",
+                        old.pid,
+                    )
+                return
+            self._retire(old, time.monotonic())
+            self.workers[i] = new
+
+    def _retire(self, worker: Worker, now: float) -> None:
+        """SIGTERM, and watched by ``_reap_retiring`` until it exits."""
+        worker.process.send_signal(signal.SIGTERM)
+        worker.terminated = now
+        self.retiring.append(worker)
 
     def _healthy(self, worker: Worker, now: float) -> bool:
         """False, with a warning, for a worker whose loop has not beaten for the timeout, or
@@ -128,7 +207,6 @@ class Supervisor:
         timeout = self.config.timeout_worker_healthcheck
         if not timeout:
             return True
-        worker.read_beats(now)
         if worker.last_beat is None:
             grace = max(WORKER_STARTUP_GRACE, timeout)
             if now - worker.started <= grace:
@@ -174,8 +252,11 @@ class Supervisor:
                 worker.close()
                 self.retiring.remove(worker)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_stop_signal(self, signum: int, frame: Any) -> None:
         self.stopping = True
+
+    def _on_management_signal(self, signum: int, frame: Any) -> None:
+        self.signals.append(signum)
 
 
 class Reloader:
@@ -201,7 +282,7 @@ class Reloader:
     def run(self) -> int:
         bound = parent_socket(self.config)
         if bound is None:
-            return 1
+            return STARTUP_FAILURE
         sock, socket_file = bound
         logger.info("Will watch for changes in these directories: %s", sorted(self.files.dirs))
         logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
