@@ -126,7 +126,8 @@ def parser() -> argparse.ArgumentParser:
         "--use-colors",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="colour the log's level names and status codes (default: when stderr is a terminal)",
+        help="colour the log's level names and status codes (default: on each stream, stdout for "
+        "access lines and stderr for the rest, that is a terminal)",
     )
     p.add_argument("--proxy-headers", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument(

@@ -104,7 +104,8 @@ class Config:
     log_level: str | int | None = "info"
     access_log: bool = True
     # uvicorn's --use-colors: colour the level names (and access lines' status) of ferrule's
-    # default log format; None: when stderr is a terminal.
+    # default log format; None: on each stream (access lines on stdout, the rest on stderr)
+    # that is a terminal.
     use_colors: bool | None = None
     proxy_headers: bool = True
     server_header: bool = True

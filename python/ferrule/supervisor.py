@@ -328,7 +328,7 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     if isinstance(config.log_level, str):
         args += ["--log-level", config.log_level]
     args.append("--access-log" if config.access_log else "--no-access-log")
-    if config.use_colors is not None:  # else the worker looks at the stderr it inherits
+    if config.use_colors is not None:  # else the worker looks at the streams it inherits
         args.append("--use-colors" if config.use_colors else "--no-use-colors")
     args.append("--proxy-headers" if config.proxy_headers else "--no-proxy-headers")
     args.append("--server-header" if config.server_header else "--no-server-header")
