@@ -388,6 +388,72 @@ def test_proxy_headers(args: list[str], expected: tuple[str, str]) -> None:
     assert (seen["client"][0], seen["scheme"]) == expected
 
 
+#: Two hops: the client, then a proxy at 10.0.0.5 that hands the request to the test's
+#: 127.0.0.1. The client the server takes depends on which hops it trusts.
+TWO_HOPS = {"X-Forwarded-For": "203.0.113.7, 10.0.0.5"}
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "client"),
+    [
+        ([], {}, "10.0.0.5"),
+        ([], {"FORWARDED_ALLOW_IPS": "10.9.8.7"}, "127.0.0.1"),
+        ([], {"FORWARDED_ALLOW_IPS": "127.0.0.1, 10.0.0.5"}, "203.0.113.7"),
+        (["--workers", "2"], {"FORWARDED_ALLOW_IPS": "10.9.8.7"}, "127.0.0.1"),
+        (["--forwarded-allow-ips", "127.0.0.1"], {"FORWARDED_ALLOW_IPS": "10.9.8.7"}, "10.0.0.5"),
+    ],
+    ids=["default", "env-untrusts-peer", "env-trusts-both", "env-with-workers", "option-wins"],
+)
+def test_forwarded_allow_ips_defaults_to_the_environment(
+    args: list[str], env: dict[str, str], client: str
+) -> None:
+    """Rule: as uvicorn's, the default of --forwarded-allow-ips is ``$FORWARDED_ALLOW_IPS``
+    when set (in worker processes too), else "127.0.0.1,::1"; an explicit option wins over
+    the variable. The request comes from 127.0.0.1 through a proxy at 10.0.0.5: trusted hops
+    are skipped, right to left. Broken: the variable ignored, or preferred to the option.
+    Seen failing before the fix: ``env-untrusts-peer``, ``env-trusts-both`` and
+    ``env-with-workers`` (the variable was ignored: 10.0.0.5 each time); ``default`` and
+    ``option-wins`` passed, as they pin what the fix must leave alone."""
+    with running_server("hello_app:app", *args, env=env) as server:
+        for _ in range(4):  # a connection each, so more than one worker answers
+            assert server.get("/", headers=TWO_HOPS).json()["client"][0] == client
+
+
+def test_forwarded_allow_ips_from_the_env_file(tmp_path: Path) -> None:
+    """Rule: ``FORWARDED_ALLOW_IPS`` set by ``--env-file`` counts as if set in the environment
+    (uvicorn loads the file before reading it). Broken: the file's value ignored (the peer,
+    127.0.0.1, trusted by the built-in default). Seen failing before the fix: the client was
+    10.0.0.5."""
+    env_file = tmp_path / "proxy.env"
+    env_file.write_text("FORWARDED_ALLOW_IPS=10.9.8.7\n")
+    with running_server("hello_app:app", "--env-file", str(env_file)) as server:
+        assert server.get("/", headers=TWO_HOPS).json()["client"][0] == "127.0.0.1"
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback (::1) here")
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ipv6_loopback_is_a_trusted_proxy_by_default(workers: str) -> None:
+    """Rule: uvicorn's default --forwarded-allow-ips, "127.0.0.1,::1", trusts a proxy on the
+    IPv6 loopback too: served on ``--host ::1``, a request from ::1 gets its client from
+    X-Forwarded-For; in worker processes too. Broken: the client stays "::1". Seen failing
+    before the fix: both cases (the default trusted 127.0.0.1 only)."""
+    with running_server("hello_app:app", "--host", "::1", "--workers", workers, wait=False) as srv:
+        srv.port = int(srv.wait_for_output(r"running on http://\[::1\]:(\d+)").group(1))
+        srv.host = "[::1]"
+        for _ in range(4):  # a connection each, so more than one worker answers
+            seen = srv.get("/", headers={"X-Forwarded-For": "203.0.113.7"}).json()["client"]
+            assert seen[0] == "203.0.113.7", srv.describe()
+
+
 def test_all_options_together() -> None:
     """Rule: every option is accepted with a value of the documented form. Broken: one of them
     is refused (the process exits at startup with a usage error)."""

@@ -174,7 +174,13 @@ def parser() -> argparse.ArgumentParser:
         type=header,
         help="a header to send with every response (repeatable)",
     )
-    p.add_argument("--forwarded-allow-ips", default=None)
+    p.add_argument(
+        "--forwarded-allow-ips",
+        default=None,
+        metavar="IPS",
+        help="comma-separated addresses of the proxies whose X-Forwarded-For/-Proto headers are "
+        "trusted, or '*' (default: $FORWARDED_ALLOW_IPS if set, else 127.0.0.1,::1)",
+    )
     p.add_argument(
         "--http",
         choices=list(HTTP_CHOICES),

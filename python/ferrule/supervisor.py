@@ -342,8 +342,8 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
         args += ["--log-config", os.path.abspath(config.log_config)]
     for name, value in config.headers:
         args += ["--header", f"{name}:{value}"]
-    if config.forwarded_allow_ips is not None:
-        args += ["--forwarded-allow-ips", ",".join(config.trusted_proxies)]
+    # The value in effect, so a worker needs neither the variable nor the --env-file.
+    args += ["--forwarded-allow-ips", ",".join(config.trusted_proxies)]
     args += ["--http", config.http, "--ssl-cert-reqs", str(config.ssl_cert_reqs)]
     args += ["--ws", config.ws, "--ws-max-size", str(config.ws_max_size)]
     args += ["--ws-max-queue", str(config.ws_max_queue)]
