@@ -64,6 +64,7 @@ def base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONASYNCIODEBUG", None)
     env.pop("WEB_CONCURRENCY", None)  # the server's default --workers: tests say theirs
+    env.pop("FORWARDED_ALLOW_IPS", None)  # and of --forwarded-allow-ips
     env.update(extra or {})
     return env
 

@@ -236,29 +236,74 @@ def test_ferrule_run_and_python_logging(tmp_path: Path, mode: str) -> None:
 
 
 def test_access_log_line_format() -> None:
-    """Rule: one access line per request on stderr, like uvicorn's:
-    'CLIENT_HOST:CLIENT_PORT - "GET /path HTTP/1.1" 200'. Broken: no line, or another format."""
+    """Rule: one access line per request, like uvicorn's default one:
+    'INFO:     CLIENT_HOST:CLIENT_PORT - "GET /path HTTP/1.1" 200 OK', on stdout (see
+    ``test_access_lines_on_stdout_the_rest_on_stderr``). Broken: no line, or another format.
+    Seen failing before the fix: the line ended in "200" (no reason phrase) and was on
+    stderr."""
     path = f"/access-{uuid.uuid4().hex}"
+    pattern = re.compile(rf'^INFO:     127\.0\.0\.1:(\d+) - "GET {path} HTTP/1\.1" 200 OK$', re.M)
     with running_server("hello_app:app") as server:
         client_port = server.get(path).json()["client"][1]
-        line = server.wait_for_output(rf'127\.0\.0\.1:(\d+) - "GET {path} HTTP/1\.1" 200')
+        line = server.wait_for_output(pattern, stream="stdout")
     assert int(line.group(1)) == client_port
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        (201, "201 Created"),
+        (404, "404 Not Found"),
+        (418, "418 I'm a Teapot"),
+        (503, "503 Service Unavailable"),
+        (299, "299"),
+    ],
+)
+def test_access_line_ends_with_the_status_and_its_phrase(code: int, status: str) -> None:
+    """Rule: as uvicorn's access formatter, the line ends with the status code and its reason
+    phrase from ``http.HTTPStatus``; a code without one (299) ends with the bare code. Broken:
+    the code alone, or a phrase made up for an unknown code. Seen failing before the fix:
+    every case, as the lines were on stderr; read from stderr, every case but 299 (the lines
+    ended in the bare code, "201", "404", ...)."""
+    tag = uuid.uuid4().hex
+    pattern = re.compile(rf'"GET /status\?code={code}&tag={tag} HTTP/1\.1" (.*)$', re.M)
+    with running_server("response_app:app") as server:
+        response = server.get("/status", params={"code": str(code), "tag": tag})
+        assert response.status_code == code
+        line = server.wait_for_output(pattern, stream="stdout")
+    assert line.group(1) == status, server.describe()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_access_lines_on_stdout_the_rest_on_stderr(workers: str) -> None:
+    """Rule: as uvicorn's default logging config has it, access lines go to stdout and
+    everything else (the running line, errors) to stderr, in worker processes too. Broken: an
+    access line on stderr, or the running line on stdout. Seen failing before the fix: both
+    cases (the access line was on stderr and stdout stayed empty)."""
+    path = f"/streams-{uuid.uuid4().hex}"
+    with running_server("hello_app:app", "--workers", workers) as server:
+        assert server.get(path).status_code == 200
+        server.wait_for_output(rf'"GET {path} HTTP/1\.1" 200', stream="stdout")
+        assert is_clean_exit(server.stop()), server.describe()
+    assert path not in server.stderr, server.describe()
+    assert "running on" in server.stderr, server.describe()
+    assert "running on" not in server.stdout, server.describe()
 
 
 def test_no_access_log() -> None:
     """Rule: --no-access-log silences the per-request lines (the server still logs its running
-    line). Broken: the request's path appears on stderr."""
+    line). Broken: the request's path appears on stdout or stderr."""
     path = f"/quiet-{uuid.uuid4().hex}"
     with running_server("hello_app:app", "--no-access-log") as server:
         assert server.get(path).status_code == 200
         time.sleep(0.5)
-        assert path not in server.stderr, server.describe()
+        assert path not in server.stdout + server.stderr, server.describe()
 
 
 def test_log_level_warning_hides_info_lines() -> None:
     """Rule: --log-level warning filters info records (access lines are info). The port is
     chosen up front since the info-level running line may be filtered too. Broken: the
-    request's access line appears anyway."""
+    request's access line appears anyway (on stdout or stderr)."""
     port = free_port()
     path = f"/hidden-{uuid.uuid4().hex}"
     with running_server(
@@ -268,7 +313,7 @@ def test_log_level_warning_hides_info_lines() -> None:
         with httpx.Client(timeout=5, trust_env=False) as client:
             assert client.get(f"http://127.0.0.1:{port}{path}").status_code == 200
         time.sleep(0.5)
-        assert path not in server.stderr, server.describe()
+        assert path not in server.stdout + server.stderr, server.describe()
 
 
 @pytest.mark.parametrize(
@@ -342,6 +387,72 @@ def test_proxy_headers(args: list[str], expected: tuple[str, str]) -> None:
     with running_server("hello_app:app", *args) as server:
         seen = server.get("/", headers=headers).json()
     assert (seen["client"][0], seen["scheme"]) == expected
+
+
+#: Two hops: the client, then a proxy at 10.0.0.5 that hands the request to the test's
+#: 127.0.0.1. The client the server takes depends on which hops it trusts.
+TWO_HOPS = {"X-Forwarded-For": "203.0.113.7, 10.0.0.5"}
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "client"),
+    [
+        ([], {}, "10.0.0.5"),
+        ([], {"FORWARDED_ALLOW_IPS": "10.9.8.7"}, "127.0.0.1"),
+        ([], {"FORWARDED_ALLOW_IPS": "127.0.0.1, 10.0.0.5"}, "203.0.113.7"),
+        (["--workers", "2"], {"FORWARDED_ALLOW_IPS": "10.9.8.7"}, "127.0.0.1"),
+        (["--forwarded-allow-ips", "127.0.0.1"], {"FORWARDED_ALLOW_IPS": "10.9.8.7"}, "10.0.0.5"),
+    ],
+    ids=["default", "env-untrusts-peer", "env-trusts-both", "env-with-workers", "option-wins"],
+)
+def test_forwarded_allow_ips_defaults_to_the_environment(
+    args: list[str], env: dict[str, str], client: str
+) -> None:
+    """Rule: as uvicorn's, the default of --forwarded-allow-ips is ``$FORWARDED_ALLOW_IPS``
+    when set (in worker processes too), else "127.0.0.1,::1"; an explicit option wins over
+    the variable. The request comes from 127.0.0.1 through a proxy at 10.0.0.5: trusted hops
+    are skipped, right to left. Broken: the variable ignored, or preferred to the option.
+    Seen failing before the fix: ``env-untrusts-peer``, ``env-trusts-both`` and
+    ``env-with-workers`` (the variable was ignored: 10.0.0.5 each time); ``default`` and
+    ``option-wins`` passed, as they pin what the fix must leave alone."""
+    with running_server("hello_app:app", *args, env=env) as server:
+        for _ in range(4):  # a connection each, so more than one worker answers
+            assert server.get("/", headers=TWO_HOPS).json()["client"][0] == client
+
+
+def test_forwarded_allow_ips_from_the_env_file(tmp_path: Path) -> None:
+    """Rule: ``FORWARDED_ALLOW_IPS`` set by ``--env-file`` counts as if set in the environment
+    (uvicorn loads the file before reading it). Broken: the file's value ignored (the peer,
+    127.0.0.1, trusted by the built-in default). Seen failing before the fix: the client was
+    10.0.0.5."""
+    env_file = tmp_path / "proxy.env"
+    env_file.write_text("FORWARDED_ALLOW_IPS=10.9.8.7\n")
+    with running_server("hello_app:app", "--env-file", str(env_file)) as server:
+        assert server.get("/", headers=TWO_HOPS).json()["client"][0] == "127.0.0.1"
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback (::1) here")
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ipv6_loopback_is_a_trusted_proxy_by_default(workers: str) -> None:
+    """Rule: uvicorn's default --forwarded-allow-ips, "127.0.0.1,::1", trusts a proxy on the
+    IPv6 loopback too: served on ``--host ::1``, a request from ::1 gets its client from
+    X-Forwarded-For; in worker processes too. Broken: the client stays "::1". Seen failing
+    before the fix: both cases (the default trusted 127.0.0.1 only)."""
+    with running_server("hello_app:app", "--host", "::1", "--workers", workers, wait=False) as srv:
+        srv.port = int(srv.wait_for_output(r"running on http://\[::1\]:(\d+)").group(1))
+        srv.host = "[::1]"
+        for _ in range(4):  # a connection each, so more than one worker answers
+            seen = srv.get("/", headers={"X-Forwarded-For": "203.0.113.7"}).json()["client"]
+            assert seen[0] == "203.0.113.7", srv.describe()
 
 
 def test_all_options_together() -> None:
@@ -661,42 +772,47 @@ GREEN_INFO = "\x1b[32mINFO\x1b[0m:     "
 RED_ERROR = "\x1b[31mERROR\x1b[0m:    "
 
 
-def _serve_two_requests(stderr_on_a_terminal: bool, *args: str) -> str:
-    """Serve ``errors_app`` with ``args``, its stderr on a pipe or on a pseudo-terminal; ask
-    ``/fine`` (200) until it answers, then ``/raise-before`` (500, an error logged); return
-    the log once that access line is in it, the terminal's line ends made plain."""
+def _serve_two_requests(terminals: tuple[bool, bool], *args: str) -> tuple[str, str]:
+    """Serve ``errors_app`` with ``args``, its stdout and its stderr each on a pipe or on a
+    pseudo-terminal of its own (``terminals``: stdout's, stderr's); ask ``/fine`` (200) until
+    it answers, then ``/raise-before`` (500, an error logged); return what came out on stdout
+    and on stderr once that access line is in one of them, the terminals' line ends made
+    plain."""
     port = free_port()
     argv = ferrule_command("errors_app:app", "--port", str(port), *args)
-    chunks: list[bytes] = []
-    if stderr_on_a_terminal:
-        master, slave = pty.openpty()
-        proc = subprocess.Popen(
-            argv, cwd=APPS_DIR, env=base_env(), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=slave, start_new_session=True,
-        )  # fmt: skip
-        os.close(slave)
-        source = master
-    else:
-        proc = subprocess.Popen(
-            argv, cwd=APPS_DIR, env=base_env(), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
-        assert proc.stderr is not None
-        source = proc.stderr.fileno()
+    chunks: dict[int, list[bytes]] = {1: [], 2: []}
+    sources: dict[int, int] = {}
+    ends: dict[int, int] = {}
+    for fd, terminal in zip((1, 2), terminals, strict=True):
+        if terminal:
+            sources[fd], ends[fd] = pty.openpty()
+        else:
+            sources[fd], ends[fd] = os.pipe()
+    proc = subprocess.Popen(
+        argv, cwd=APPS_DIR, env=base_env(), stdin=subprocess.DEVNULL,
+        stdout=ends[1], stderr=ends[2], start_new_session=True,
+    )  # fmt: skip
+    for end in ends.values():
+        os.close(end)
 
-    def drain() -> None:
+    def drain(fd: int) -> None:
         while True:
             try:
-                data = os.read(source, 65536)
+                data = os.read(sources[fd], 65536)
             except OSError:  # EIO: the terminal's last writer is gone
                 return
             if not data:
                 return
-            chunks.append(data)
+            chunks[fd].append(data)
 
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    text = lambda: b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")  # noqa: E731
+    readers = [threading.Thread(target=drain, args=(fd,), daemon=True) for fd in (1, 2)]
+    for reader in readers:
+        reader.start()
+
+    def text(fd: int) -> str:
+        return b"".join(chunks[fd]).decode("utf-8", "replace").replace("\r\n", "\n")
+
+    both = lambda: f"--- stdout ---\n{text(1)}\n--- stderr ---\n{text(2)}"  # noqa: E731
     try:
         with httpx.Client(timeout=5, trust_env=False) as client:
 
@@ -706,22 +822,69 @@ def _serve_two_requests(stderr_on_a_terminal: bool, *args: str) -> str:
                 return "up" if client.get(f"http://127.0.0.1:{port}/fine").is_success else None
 
             state = poll(serving, timeout=10, interval=0.1, what="the server to answer")
-            assert state == "up", f"the server exited ({proc.returncode}): {text()}"
+            assert state == "up", f"the server exited ({proc.returncode}):\n{both()}"
             assert client.get(f"http://127.0.0.1:{port}/raise-before?token=t").status_code == 500
         try:
-            poll(lambda: "/raise-before" in text(), what="the access line of the 500")
+            poll(lambda: "/raise-before" in text(1) + text(2), what="the access line of the 500")
         except AssertionError as exc:
-            raise AssertionError(f"{exc}: {text()}") from None
+            raise AssertionError(f"{exc}:\n{both()}") from None
         proc.send_signal(signal.SIGINT)
         proc.wait(10)
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(5)
-        reader.join(5)
-        if stderr_on_a_terminal:
+        for reader in readers:
+            reader.join(5)
+        for source in sources.values():
             os.close(source)
-    return text()
+    return text(1), text(2)
+
+
+def _coloured_access_lines(out: str) -> bool:
+    """Whether ``out`` has the two access lines in colour: level name green, request line
+    bold, status and phrase green (2xx) and bright red (5xx)."""
+    fine = re.search(
+        r"^" + re.escape(GREEN_INFO) + r'127\.0\.0\.1:\d+ - "\x1b\[1mGET /fine HTTP/1\.1\x1b\[0m" '
+        r"\x1b\[32m200 OK\x1b\[0m$",
+        out,
+        re.M,
+    )
+    failed = re.search(
+        r'"\x1b\[1mGET /raise-before\?token=t HTTP/1\.1\x1b\[0m" '
+        r"\x1b\[91m500 Internal Server Error\x1b\[0m$",
+        out,
+        re.M,
+    )
+    return bool(fine and failed)
+
+
+def _plain_access_lines(out: str) -> bool:
+    """Whether ``out`` has the two access lines without colour (and no escape at all)."""
+    fine = re.search(r'^INFO:     127\.0\.0\.1:\d+ - "GET /fine HTTP/1\.1" 200 OK$', out, re.M)
+    failed = re.search(
+        r'^INFO:     127\.0\.0\.1:\d+ - "GET /raise-before\?token=t HTTP/1\.1" '
+        r"500 Internal Server Error$",
+        out,
+        re.M,
+    )
+    return bool(fine and failed) and "\x1b" not in out
+
+
+def _coloured_server_lines(err: str) -> bool:
+    return f"{GREEN_INFO}ferrule running on http://" in err and (
+        f"{RED_ERROR}Exception in ASGI application" in err
+    )
+
+
+def _plain_server_lines(err: str) -> bool:
+    return (
+        "\x1b" not in err
+        and bool(re.search(r"^ERROR:    Exception in ASGI application$", err, re.M))
+        and bool(
+            re.search(r"^INFO:     ferrule running on http://127\.0\.0\.1:\d+ \(Press", err, re.M)
+        )
+    )
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -733,23 +896,17 @@ def _serve_two_requests(stderr_on_a_terminal: bool, *args: str) -> str:
 def test_use_colors_colours_level_names_and_status(
     workers: str, terminal: bool, args: list[str]
 ) -> None:
-    """Rule: with colours (``--use-colors``, or by default when stderr is a terminal) the level
-    names are coloured as uvicorn colours them (INFO green, ERROR red) and so is an access
-    line's status (2xx green, 5xx bright red), its request line bold; the padding still
-    aligns the messages; in worker processes too. Seen failing: before the option (exit 2 for
-    the forced case; on a terminal, no colour at all); with ``--use-colors`` left out of the
-    workers' command line (``forced-on-a-pipe``, 2 workers: the access lines, logged by the
-    workers, were plain)."""
-    log = _serve_two_requests(terminal, "--workers", workers, *args)
-    assert f"{GREEN_INFO}ferrule running on http://" in log, log
-    assert re.search(
-        r"^" + re.escape(GREEN_INFO) + r'127\.0\.0\.1:\d+ - "\x1b\[1mGET /fine HTTP/1\.1\x1b\[0m" '
-        r"\x1b\[32m200\x1b\[0m$",
-        log,
-        re.M,
-    ), log
-    assert re.search(r'"\x1b\[1mGET /raise-before\?token=t HTTP/1\.1\x1b\[0m" \x1b\[91m500', log)
-    assert f"{RED_ERROR}Exception in ASGI application" in log, log
+    """Rule: with colours (``--use-colors``, or by default when stdout and stderr are a
+    terminal) the level names are coloured as uvicorn colours them (INFO green, ERROR red) and
+    so is an access line's status and its phrase (2xx green, 5xx bright red), its request
+    line bold; the padding still aligns the messages; in worker processes too. Seen failing:
+    before the option (exit 2 for the forced case; on a terminal, no colour at all); with
+    ``--use-colors`` left out of the workers' command line (``forced-on-a-pipe``, 2 workers:
+    the access lines, logged by the workers, were plain). Seen failing before the access
+    lines moved to stdout with their phrase: every case (no access line on stdout)."""
+    out, err = _serve_two_requests((terminal, terminal), "--workers", workers, *args)
+    assert _coloured_access_lines(out), f"--- stdout ---\n{out}"
+    assert _coloured_server_lines(err), f"--- stderr ---\n{err}"
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -761,19 +918,36 @@ def test_use_colors_colours_level_names_and_status(
 def test_no_use_colors_keeps_the_plain_format(
     workers: str, terminal: bool, args: list[str]
 ) -> None:
-    """Rule: with ``--no-use-colors``, or by default when stderr is not a terminal, the log
-    has no ANSI escape at all and its lines are exactly as before the option:
-    ``INFO:     127.0.0.1:PORT - "GET /fine HTTP/1.1" 200``, ``ERROR:    Exception in ASGI
-    application``. Seen failing: before the option (``turned-off-on-a-terminal``, exit 2; the
-    pipe cases passed, as they pin the format the option must leave alone); with the
-    terminal check left out of the default (colours always: the pipe cases had escapes); with
+    """Rule: with ``--no-use-colors``, or by default when stdout and stderr are not a
+    terminal, the log has no ANSI escape at all: ``INFO:     127.0.0.1:PORT - "GET /fine
+    HTTP/1.1" 200 OK`` on stdout, ``ERROR:    Exception in ASGI application`` on stderr.
+    Seen failing: before the option (``turned-off-on-a-terminal``, exit 2); with the terminal
+    check left out of the default (colours always: the pipe cases had escapes); with
     ``--no-use-colors`` left out of the workers' command line (``turned-off-on-a-terminal``,
-    2 workers: the workers, on the terminal, coloured their access lines)."""
-    log = _serve_two_requests(terminal, "--workers", workers, *args)
-    assert "\x1b" not in log, log
-    assert re.search(r'^INFO:     127\.0\.0\.1:\d+ - "GET /fine HTTP/1\.1" 200$', log, re.M), log
-    assert re.search(
-        r'^INFO:     127\.0\.0\.1:\d+ - "GET /raise-before\?token=t HTTP/1\.1" 500$', log, re.M
+    2 workers: the workers, on the terminal, coloured their access lines). Seen failing
+    before the access lines moved to stdout with their phrase: every case (no access line on
+    stdout)."""
+    out, err = _serve_two_requests((terminal, terminal), "--workers", workers, *args)
+    assert _plain_access_lines(out), f"--- stdout ---\n{out}"
+    assert _plain_server_lines(err), f"--- stderr ---\n{err}"
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize(
+    "stdout_on_a_terminal", [True, False], ids=["stdout-on-a-terminal", "stderr-on-a-terminal"]
+)
+def test_default_colours_follow_each_stream(workers: str, stdout_on_a_terminal: bool) -> None:
+    """Rule: without ``--use-colors``/``--no-use-colors`` each stream is coloured when it is a
+    terminal: the access lines (stdout) when stdout is one, the other lines (stderr) when
+    stderr is one; in worker processes too. Broken: both streams decided by one of them.
+    Seen failing before the fix: every case (the access lines were on stderr, none on
+    stdout)."""
+    out, err = _serve_two_requests(
+        (stdout_on_a_terminal, not stdout_on_a_terminal), "--workers", workers
     )
-    assert re.search(r"^ERROR:    Exception in ASGI application$", log, re.M), log
-    assert re.search(r"^INFO:     ferrule running on http://127\.0\.0\.1:\d+ \(Press", log, re.M)
+    if stdout_on_a_terminal:
+        assert _coloured_access_lines(out), f"--- stdout ---\n{out}"
+        assert _plain_server_lines(err), f"--- stderr ---\n{err}"
+    else:
+        assert _plain_access_lines(out), f"--- stdout ---\n{out}"
+        assert _coloured_server_lines(err), f"--- stderr ---\n{err}"

@@ -143,7 +143,7 @@ def test_app_raising_before_returning_a_coroutine_gives_500_and_traceback() -> N
     with running_server("sync_raise_app:app") as srv:
         for _ in range(2):
             assert srv.get("/").status_code == 500
-        srv.wait_for_output(r'"GET / HTTP/1.1" 500', timeout=5)
+        srv.wait_for_output(r'"GET / HTTP/1.1" 500', timeout=5, stream="stdout")
         log = srv.stderr
         assert "Exception in ASGI application" in log
         assert "ValueError: raised while calling the app" in log

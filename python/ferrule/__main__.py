@@ -126,7 +126,8 @@ def parser() -> argparse.ArgumentParser:
         "--use-colors",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="colour the log's level names and status codes (default: when stderr is a terminal)",
+        help="colour the log's level names and status codes (default: on each stream, stdout for "
+        "access lines and stderr for the rest, that is a terminal)",
     )
     p.add_argument("--proxy-headers", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument(
@@ -173,7 +174,13 @@ def parser() -> argparse.ArgumentParser:
         type=header,
         help="a header to send with every response (repeatable)",
     )
-    p.add_argument("--forwarded-allow-ips", default=None)
+    p.add_argument(
+        "--forwarded-allow-ips",
+        default=None,
+        metavar="IPS",
+        help="comma-separated addresses of the proxies whose X-Forwarded-For/-Proto headers are "
+        "trusted, or '*' (default: $FORWARDED_ALLOW_IPS if set, else 127.0.0.1,::1)",
+    )
     p.add_argument(
         "--http",
         choices=list(HTTP_CHOICES),

@@ -6,6 +6,7 @@ import json
 import logging
 import logging.config
 import sys
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -37,25 +38,29 @@ def apply_log_config(log_config: str | dict[str, Any]) -> None:
 
 
 def configure_logging(level: int, use_colors: bool | None = None) -> None:
-    """ferrule's own handler on stderr for its two loggers, unless logging is configured:
-    ``INFO:     message``; with colours (``use_colors``, or by default when stderr is a
-    terminal) the level name, and an access line's request and status, in ANSI colours as
-    uvicorn's formatters have them."""
-    if use_colors is None:
-        use_colors = sys.stderr.isatty()
-    for name in ("ferrule.error", "ferrule.access"):
+    """ferrule's own handlers for its two loggers, unless logging is configured: as in
+    uvicorn's default config, access lines on stdout and the other lines on stderr, each as
+    ``INFO:     message``, an access line's status followed by its reason phrase. With colours
+    (``use_colors``, or by default for each stream that is a terminal) the level name, and an
+    access line's request and status, are in ANSI colours as uvicorn's formatters have them."""
+    for name, stream in (("ferrule.error", sys.stderr), ("ferrule.access", sys.stdout)):
         logger = logging.getLogger(name)
         logger.setLevel(level)
         if not logger.handlers and not logging.getLogger().handlers:
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(_ColourFormatter() if use_colors else _FORMATTER)
-            handler.addFilter(_pad_level)
+            colours = _is_terminal(stream) if use_colors is None else use_colors
+            handler = logging.StreamHandler(stream)
+            handler.setFormatter(_Formatter(colours))
             logger.addHandler(handler)
             logger.propagate = False
 
 
-_FORMAT = "%(levelname)s:%(padding)s%(message)s"
-_FORMATTER = logging.Formatter(_FORMAT)
+def _is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal (no stream at all, as under pythonw, is not one)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # None, or a closed file
+        return False
+
 
 #: The access line as the server logs it (crates/ferrule/src/http/callbacks.rs), with its
 #: arguments: client, method, target, HTTP version, status.
@@ -81,28 +86,38 @@ _STATUS_COLOURS = {
 }
 
 
-def _paint(text: object, colour: str | None) -> str:
-    return f"{colour}{text}{_RESET}" if colour else str(text)
+def _status_with_phrase(status: int) -> str:
+    """``200 OK``: the code and its reason phrase from ``http.HTTPStatus``, as uvicorn's access
+    lines end; the bare code for one without a phrase."""
+    try:
+        return f"{status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return str(status)
 
 
-class _ColourFormatter(logging.Formatter):
-    """The default format, coloured: the padding still counts the level name's letters only."""
+class _Formatter(logging.Formatter):
+    """The default format: the level name, a colon, then the message from column 10; an
+    access line rebuilt from its arguments with the status's reason phrase. With ``colours``,
+    the level name, and an access line's request (bold) and status, are coloured; the padding
+    still counts the level name's letters only."""
 
-    def __init__(self) -> None:
-        super().__init__(_FORMAT)
+    def __init__(self, colours: bool) -> None:
+        super().__init__()
+        self.colours = colours
+
+    def _paint(self, text: str, colour: str | None) -> str:
+        return f"{colour}{text}{_RESET}" if self.colours and colour else text
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         message = record.message
         args = record.args
         if record.msg == ACCESS_FORMAT and isinstance(args, tuple) and len(args) == 5:
             client, method, target, version, status = args
-            request = _paint(f"{method} {target} HTTP/{version}", _BOLD)
-            code = _paint(status, _STATUS_COLOURS.get(int(status) // 100))  # type: ignore[call-overload]
-            message = f'{client} - "{request}" {code}'
-        levelname = _paint(record.levelname, _LEVEL_COLOURS.get(record.levelno))
-        return f"{levelname}:{record.padding}{message}"  # type: ignore[attr-defined]
-
-
-def _pad_level(record: logging.LogRecord) -> bool:
-    record.padding = " " * max(1, 9 - len(record.levelname))
-    return True
+            if isinstance(status, int):
+                request = self._paint(f"{method} {target} HTTP/{version}", _BOLD)
+                code = _status_with_phrase(status)
+                code = self._paint(code, _STATUS_COLOURS.get(status // 100))
+                message = f'{client} - "{request}" {code}'
+        padding = " " * max(1, 9 - len(record.levelname))
+        levelname = self._paint(record.levelname, _LEVEL_COLOURS.get(record.levelno))
+        return f"{levelname}:{padding}{message}"

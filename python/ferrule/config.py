@@ -58,6 +58,11 @@ TLS_CIPHERS_USED = (
 KEY_PASSWORD_ENV = "FERRULE_SSL_KEYFILE_PASSWORD"
 
 
+#: uvicorn's ``--forwarded-allow-ips`` when ``$FORWARDED_ALLOW_IPS`` is not set: a proxy on
+#: the same host, over IPv4 or IPv6.
+DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
+
+
 class AppLoadError(Exception):
     """The app could not be imported or made: the message says why, for the user."""
 
@@ -110,7 +115,8 @@ class Config:
     log_level: str | int | None = "info"
     access_log: bool = True
     # uvicorn's --use-colors: colour the level names (and access lines' status) of ferrule's
-    # default log format; None: when stderr is a terminal.
+    # default log format; None: on each stream (access lines on stdout, the rest on stderr)
+    # that is a terminal.
     use_colors: bool | None = None
     proxy_headers: bool = True
     server_header: bool = True
@@ -125,6 +131,8 @@ class Config:
     env_file: str | None = None
     # Added to every response, as uvicorn's --header: (name, value) pairs or "Name:Value".
     headers: list[tuple[str, str]] | list[str] | None = None
+    # uvicorn's --forwarded-allow-ips: the peers whose proxy headers are obeyed, a list or
+    # "a,b"; None: $FORWARDED_ALLOW_IPS if set (as uvicorn), else "127.0.0.1,::1".
     forwarded_allow_ips: str | list[str] | None = None
     rust_hello_route: str | None = None
     stats_route: str | None = None
@@ -158,6 +166,8 @@ class Config:
             self.workers = workers_from_environment()
         if self.workers < 1:
             raise ValueError("workers must be at least 1")
+        if self.forwarded_allow_ips is None:
+            self.forwarded_allow_ips = forwarded_allow_ips_from_environment()
         if not 0 <= self.timeout_worker_healthcheck < float("inf"):
             raise ValueError(
                 "timeout_worker_healthcheck must be 0 (no health check) or more seconds, not "
@@ -226,7 +236,7 @@ class Config:
     def trusted_proxies(self) -> list[str]:
         ips = self.forwarded_allow_ips
         if ips is None:
-            return ["127.0.0.1"]
+            ips = forwarded_allow_ips_from_environment()
         if isinstance(ips, str):
             return [ip.strip() for ip in ips.split(",") if ip.strip()]
         return list(ips)
@@ -266,6 +276,12 @@ def workers_from_environment() -> int:
             f"workers: WEB_CONCURRENCY must be a number of worker processes, not {value!r}"
         )
     return workers
+
+
+def forwarded_allow_ips_from_environment() -> str:
+    """uvicorn's default for ``--forwarded-allow-ips``: ``$FORWARDED_ALLOW_IPS`` when set (even
+    empty: no proxy is trusted), else the IPv4 and IPv6 loopback addresses."""
+    return os.environ.get("FORWARDED_ALLOW_IPS", DEFAULT_FORWARDED_ALLOW_IPS)
 
 
 def as_list(value: list[str] | str | None) -> list[str]:

@@ -15,7 +15,13 @@ from ferrule import tls
 from ferrule._bridge import new_event_loop
 from ferrule._ferrule import Bridge, HttpServer
 from ferrule._logging import apply_log_config, configure_logging
-from ferrule.config import STARTUP_FAILURE, AppLoadError, Config, workers_from_environment
+from ferrule.config import (
+    STARTUP_FAILURE,
+    AppLoadError,
+    Config,
+    forwarded_allow_ips_from_environment,
+    workers_from_environment,
+)
 from ferrule.interface import InterfaceError, wsgi_middleware
 from ferrule.lifespan import Lifespan, LifespanFailure
 from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
@@ -40,6 +46,8 @@ def run(app: Any, **options: Any) -> int:
             load_env_file(config.env_file)
             if options.get("workers") is None:  # as uvicorn, the file may set it
                 config.workers = workers_from_environment()
+            if options.get("forwarded_allow_ips") is None:  # and this one
+                config.forwarded_allow_ips = forwarded_allow_ips_from_environment()
         if config.interface == "wsgi":  # before any worker fails on it, again and again
             wsgi_middleware()
     except (ValueError, InterfaceError) as exc:

@@ -409,7 +409,7 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
     if isinstance(config.log_level, str):
         args += ["--log-level", config.log_level]
     args.append("--access-log" if config.access_log else "--no-access-log")
-    if config.use_colors is not None:  # else the worker looks at the stderr it inherits
+    if config.use_colors is not None:  # else the worker looks at the streams it inherits
         args.append("--use-colors" if config.use_colors else "--no-use-colors")
     args.append("--proxy-headers" if config.proxy_headers else "--no-proxy-headers")
     args.append("--server-header" if config.server_header else "--no-server-header")
@@ -423,8 +423,8 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
         args += ["--log-config", os.path.abspath(config.log_config)]
     for name, value in config.headers:
         args += ["--header", f"{name}:{value}"]
-    if config.forwarded_allow_ips is not None:
-        args += ["--forwarded-allow-ips", ",".join(config.trusted_proxies)]
+    # The value in effect, so a worker needs neither the variable nor the --env-file.
+    args += ["--forwarded-allow-ips", ",".join(config.trusted_proxies)]
     args += ["--http", config.http, "--ssl-cert-reqs", str(config.ssl_cert_reqs)]
     args += ["--ws", config.ws, "--ws-max-size", str(config.ws_max_size)]
     args += ["--ws-max-queue", str(config.ws_max_queue)]
