@@ -17,8 +17,10 @@ from serverutil import (
     RawConnection,
     RawResponse,
     ServerProcess,
+    ferrule_command,
     poll,
     request_bytes,
+    run_to_exit,
     running_server,
     send_in_background,
     wait_for_event,
@@ -92,6 +94,26 @@ def test_header_section_of_40k_is_served(server: ServerProcess) -> None:
     data = with_headers("/ok", big_headers(40 * 1024, 10))
     response = answer_to_large(server, data)
     assert response.status == 200, f"answered {response.status} to a {len(data)}-byte head"
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_h11_max_incomplete_event_size_sets_the_head_limit(workers: str) -> None:
+    """Rule: uvicorn's ``--h11-max-incomplete-event-size N`` is accepted and sets the limit on
+    the request line and headers: with 16 KiB, a 20 KiB header section gets 431 (it is served
+    under the 64 KiB default, above) and a 12 KiB one is served; with workers too. A value
+    too small for the server is a usage error (exit 2), as other bad values are. Seen failing
+    before the option: the command line was refused with exit 2 (unknown option)."""
+    args = ["--h11-max-incomplete-event-size", "16384", "--workers", workers]
+    with running_server("hostile_app:app", *args) as srv:
+        refused = answer_to_large(srv, with_headers("/ok", big_headers(20 * 1024, 5)))
+        assert refused.status == 431, f"answered {refused.status} to a 20 KiB head"
+        served = answer_to_large(srv, with_headers("/ok", big_headers(12 * 1024, 3)))
+        assert served.status == 200, f"answered {served.status} to a 12 KiB head"
+    small = run_to_exit(
+        ferrule_command("hostile_app:app", "--h11-max-incomplete-event-size", "100")
+    )
+    assert small.returncode == 2, small.describe()
+    assert "at least 4096 bytes" in small.stderr, small.describe()
 
 
 @pytest.mark.parametrize(

@@ -114,6 +114,12 @@ def parser() -> argparse.ArgumentParser:
         "--limit-request-body", type=int, default=None, help="largest request body (bytes): 413"
     )
     p.add_argument(
+        "--h11-max-incomplete-event-size",
+        type=int,
+        default=None,
+        help="largest request line plus headers (bytes): 431 past it (default 65536)",
+    )
+    p.add_argument(
         "--max-connections",
         type=int,
         default=None,

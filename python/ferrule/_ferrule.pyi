@@ -125,6 +125,7 @@ class HttpServer:
         limit_max_requests: int | None = None,
         timeout_graceful_shutdown: float | None = None,
         reset_contextvars: bool = False,
+        max_head_size: int = 65536,
     ) -> None: ...
     def serve_tcp(self, fd: int) -> NativeFuture[None]:
         """Serve a listening TCP socket (ownership of ``fd`` passes to the server); the future

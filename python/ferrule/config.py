@@ -27,6 +27,12 @@ LOG_LEVELS = {
     "trace": 5,
 }
 
+#: The request line and headers allowed in all (``h11_max_incomplete_event_size``), by default
+#: and at least: 64 KiB is more than any browser sends; hyper's read buffer, twice the limit,
+#: cannot be under 8 KiB.
+DEFAULT_HEAD_SIZE = 64 * 1024
+MIN_HEAD_SIZE = 4096
+
 #: uvicorn's ``--http`` implementations (h11, httptools) speak HTTP/1.1 only: ``1`` here.
 HTTP_CHOICES = {"auto": "auto", "1": "1", "2": "2", "h11": "1", "httptools": "1"}
 #: uvicorn's ``--ws`` implementations all mean WebSockets on: ``auto`` here.
@@ -110,6 +116,9 @@ class Config:
     timeout_graceful_shutdown: float | None = None
     limit_concurrency: int | None = None
     limit_request_body: int | None = None
+    # uvicorn's --h11-max-incomplete-event-size: here the limit on a request's line and headers
+    # in all, past which the client gets 431 (414 for a long line); None is 64 KiB.
+    h11_max_incomplete_event_size: int | None = None
     max_connections: int | None = None
     backlog: int = 2048
     log_level: str | int | None = "info"
@@ -179,6 +188,11 @@ class Config:
             raise ValueError("limit_max_requests_jitter must be at least 0")
         if self.ws_max_queue < 1:
             raise ValueError("ws_max_queue must be at least 1")
+        if self.max_head_size < MIN_HEAD_SIZE:
+            raise ValueError(
+                f"h11_max_incomplete_event_size must be at least {MIN_HEAD_SIZE} bytes, not "
+                f"{self.max_head_size}"
+            )
         if self.loop not in ("auto", "asyncio", "uvloop"):
             raise ValueError(f"loop must be auto, asyncio or uvloop, not {self.loop!r}")
         if self.http not in HTTP_CHOICES:
@@ -231,6 +245,12 @@ class Config:
         if self.max_connections is not None:
             return self.max_connections
         return max(64, raise_descriptor_limit() - 64)
+
+    @property
+    def max_head_size(self) -> int:
+        """The request head limit the server enforces (``h11_max_incomplete_event_size``)."""
+        size = self.h11_max_incomplete_event_size
+        return DEFAULT_HEAD_SIZE if size is None else size
 
     @property
     def trusted_proxies(self) -> list[str]:

@@ -160,6 +160,7 @@ async def _serve(
                 timeout_keep_alive=config.timeout_keep_alive,
                 limit_concurrency=config.limit_concurrency,
                 limit_request_body=config.limit_request_body,
+                max_head_size=config.max_head_size,
                 max_connections=config.connection_limit,
                 access_log=config.access_log,
                 server_header=config.server_header,

@@ -404,6 +404,8 @@ def worker_arguments(config: Config, fd: int) -> list[str]:
         args += ["--limit-concurrency", str(config.limit_concurrency)]
     if config.limit_request_body is not None:
         args += ["--limit-request-body", str(config.limit_request_body)]
+    if config.h11_max_incomplete_event_size is not None:
+        args += ["--h11-max-incomplete-event-size", str(config.h11_max_incomplete_event_size)]
     if config.max_connections is not None:
         args += ["--max-connections", str(config.max_connections)]
     if isinstance(config.log_level, str):

@@ -51,6 +51,8 @@ pub struct ServerShared {
     limit_concurrency: Option<usize>,
     /// Largest request body accepted, in bytes: past it the client gets 413.
     pub limit_request_body: Option<u64>,
+    /// Largest request line plus headers, in bytes: past it the client gets 431 (or 414).
+    max_head_size: usize,
     /// Open connections allowed at once; accepting waits for one to close past it.
     max_connections: usize,
     in_flight: AtomicUsize,
@@ -184,7 +186,7 @@ pub struct HttpServer {
 #[pymethods]
 impl HttpServer {
     #[new]
-    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, date_header=true, headers=None, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216, ws_max_queue=32, ws_ping_interval=None, ws_ping_timeout=None, stats_route=None, limit_max_requests=None, timeout_graceful_shutdown=None, reset_contextvars=false))]
+    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, date_header=true, headers=None, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216, ws_max_queue=32, ws_ping_interval=None, ws_ping_timeout=None, stats_route=None, limit_max_requests=None, timeout_graceful_shutdown=None, reset_contextvars=false, max_head_size=65536))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -216,7 +218,13 @@ impl HttpServer {
         limit_max_requests: Option<u64>,
         timeout_graceful_shutdown: Option<f64>,
         reset_contextvars: bool,
+        max_head_size: usize,
     ) -> PyResult<Self> {
+        if max_head_size < MIN_HEAD_SIZE {
+            return Err(PyValueError::new_err(format!(
+                "the request head limit must be at least {MIN_HEAD_SIZE} bytes, not {max_head_size}"
+            )));
+        }
         let versions = HttpVersions::from_option(http)?;
         let stop = watch::channel(None).0;
         let tls = match (tls_cert, tls_key) {
@@ -298,6 +306,7 @@ impl HttpServer {
             done_future,
             limit_concurrency,
             limit_request_body,
+            max_head_size,
             max_connections,
             in_flight: AtomicUsize::new(0),
             keep_alive,
@@ -493,15 +502,15 @@ fn connection_builder(shared: &ServerShared) -> auto::Builder<TokioExecutor> {
         .timer(TokioTimer::new())
         .header_read_timeout(shared.header_read_timeout())
         .auto_date_header(shared.date_header)
-        // The request line and headers must fit in 64 KiB. hyper's buffer is twice that, so a
-        // head a little over the limit is still parsed whole: a long request line then gets
-        // 414 from hyper (it only tells URI length on a complete parse), long headers 431 from
-        // `refusal`. Past the buffer hyper answers 431 and closes.
-        .max_buf_size(2 * MAX_HEAD_BYTES);
+        // The request line and headers must fit in `max_head_size`. hyper's buffer is twice
+        // that, so a head a little over the limit is still parsed whole: a long request line
+        // then gets 414 from hyper (it only tells URI length on a complete parse), long headers
+        // 431 from `refusal`. Past the buffer hyper answers 431 and closes.
+        .max_buf_size(2 * shared.max_head_size);
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_header_list_size(MAX_HEAD_BYTES as u32)
+        .max_header_list_size(u32::try_from(shared.max_head_size).unwrap_or(u32::MAX))
         .auto_date_header(shared.date_header);
     if shared.versions.h1 {
         builder
@@ -532,7 +541,7 @@ async fn serve_connection(
         }
     };
     // The record of request heads sees the bytes after TLS, as hyper does.
-    let mut recorder = Recorder::new(conn.heads.clone(), MAX_HEAD_BYTES);
+    let mut recorder = Recorder::new(conn.heads.clone(), shared.max_head_size);
     if !shared.versions.h2 {
         recorder = recorder.refusing_http2();
     }
@@ -563,8 +572,9 @@ async fn serve_connection(
     let _ = serving.await;
 }
 
-/// hyper's read buffer, which bounds the request line plus headers.
-const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// The smallest request head limit: hyper's read buffer (twice the limit) cannot be smaller
+/// than 8 KiB.
+const MIN_HEAD_SIZE: usize = 4096;
 
 type Accepted = (Box<dyn IoStream>, ConnInfo);
 
@@ -727,7 +737,7 @@ fn bridge_stats(shared: &ServerShared) -> Response<ResponseBody> {
     server_response(StatusCode::OK, "application/json", body.into(), shared)
 }
 
-/// A request refused before the app sees it: headers over `MAX_HEAD_BYTES` in all (hyper
+/// A request refused before the app sees it: headers over `max_head_size` in all (hyper
 /// enforces its buffer limit only when a head arrives in several reads), or a declared body over
 /// `limit_request_body` (hyper has already rejected malformed Content-Lengths). A `recorded`
 /// head's framing was checked already, on the raw lines (`RawHead::ambiguous`).
@@ -741,7 +751,7 @@ fn refusal(
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len() + 4)
         .sum();
-    if head_bytes > MAX_HEAD_BYTES {
+    if head_bytes > shared.max_head_size {
         return Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
     }
     if !recorded && ambiguous_framing(headers) {
