@@ -177,3 +177,17 @@ def test_no_100_continue_when_app_never_reads(server: ServerProcess) -> None:
         first = conn.read_response(timeout=3)
     assert first.status == 200, first
     assert first.body == b"answered without reading"
+
+
+@pytest.mark.parametrize("size", [10, 300_000])
+def test_receive_called_from_another_thread(server: ServerProcess, size: int) -> None:
+    """Rule: ``receive()`` may be called from a thread other than the loop's (a thread pool's
+    here), its awaitable awaited on the loop, as uvicorn allows: the whole body comes back.
+    Seen failing before the fix: 500, "RuntimeError: ferrule: no tokio runtime on this
+    thread", since reading the body started a tokio task through a thread-local runtime
+    handle that only the loop and tokio threads had."""
+    body = os.urandom(size)
+    with server.client() as client:
+        response = client.post("/receive-called-in-a-thread", content=body)
+    assert response.status_code == 200, response.text
+    assert response.content == body

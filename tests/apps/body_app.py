@@ -55,6 +55,17 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             except TimeoutError:
                 results.append(["timeout", 2.0])
         RECORDS[params["key"]] = results
+    elif path == "/receive-called-in-a-thread":
+        # receive() called from a pool thread (as code that hands the callable around may do),
+        # its awaitable then awaited here, as it can be under uvicorn.
+        loop = asyncio.get_running_loop()
+        body = b""
+        while True:
+            message = await (await loop.run_in_executor(None, receive))
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        await send_response(send, body)
     elif path == "/no-read":
         await send_response(send, b"answered without reading")
     elif path == "/slow-read":

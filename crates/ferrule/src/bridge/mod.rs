@@ -10,7 +10,6 @@
 //! - `queue`: `ReadyQueue` and the `tokio_driving` flag.
 //! - `gate`: `GatedSelector`, exclusive drives for tokio threads on selector loops.
 //! - `waker`: the eventfd that wakes the loop thread without the GIL.
-//! - `runtime`: the tokio handle as an explicit thread-local.
 //! - `counters`: what the bridge counts; `ffi`: the only `unsafe`.
 
 mod asyncio;
@@ -22,7 +21,6 @@ mod gate;
 mod job;
 mod native;
 mod queue;
-pub mod runtime;
 pub mod trace;
 pub mod waker;
 
@@ -376,7 +374,6 @@ impl ResumeCallback {
     fn __call__(&self, py: Python<'_>, future: Option<Bound<'_, PyAny>>) {
         let job = self.job.bind(py);
         let shared = &job.get().shared;
-        runtime::set_current(&shared.handle);
         bump(&shared.counters.gil_acquisitions);
         let resume = match future {
             // The future's iterator hands the coroutine its result when sent None.
@@ -525,7 +522,6 @@ impl Bridge {
             };
             event_loop.setattr(intern!(py, "_selector"), Py::new(py, gated)?)?;
         }
-        runtime::set_current(&shared.handle);
         Ok(Self { shared })
     }
 
@@ -597,12 +593,12 @@ impl Bridge {
         let future = Py::new(py, NativeFuture::new(self.shared.clone()))?;
         let resolving = future.clone_ref(py);
         let value = value.unwrap_or_else(|| py.None());
-        runtime::spawn(async move {
+        self.shared.handle.spawn(async move {
             tokio::time::sleep(delay).await;
             Python::attach(|py| {
                 NativeFuture::settle(resolving.bind(py), Ok(value), ResumeVia::DriveNow)
             });
-        })?;
+        });
         Ok(future)
     }
 

@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 
 use super::counters::{bump, Counters};
 use super::driver::{drive, Place};
-use super::{ffi, runtime, Shared};
+use super::{ffi, Shared};
 
 /// The longest a worker holds a wake while it keeps busy with other connections.
 const HOLD_AT_MOST: Duration = Duration::from_micros(100);
@@ -155,7 +155,6 @@ pub struct DrainOnLoop {
 impl DrainOnLoop {
     fn __call__(&self, py: Python<'_>) {
         let shared = &self.shared;
-        runtime::set_current(&shared.handle);
         shared.waker.clear();
         if shared.queue.tokio_driving() {
             // The tokio thread wakes the loop again after its drive if the queue is not empty.

@@ -21,7 +21,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::bridge::{runtime, NativeFuture, ResumeVia};
+use crate::bridge::{NativeFuture, ResumeVia};
 
 use super::serve::ServerShared;
 
@@ -321,8 +321,8 @@ impl Receive {
                 drop(state);
                 let future = Py::new(py, NativeFuture::new(bridge))?;
                 let resolving = future.clone_ref(py);
-                let exchange = exchange.clone();
-                runtime::spawn(read_body_chunk(exchange, incoming, resolving))?;
+                let reading = read_body_chunk(exchange.clone(), incoming, resolving);
+                exchange.server.bridge.handle.spawn(reading);
                 Ok(future)
             }
         }
@@ -513,7 +513,7 @@ impl Send {
         drop(unsent);
         exchange.resolve_disconnect_waiters(py, waiters);
         let aborted = exchange.aborted.clone();
-        runtime::spawn(async move {
+        exchange.server.bridge.handle.spawn(async move {
             use tokio::io::AsyncReadExt;
             let mut file = tokio::fs::File::from_std(file);
             loop {
@@ -532,7 +532,7 @@ impl Send {
                     }
                 }
             }
-        })?;
+        });
         Ok(self.done(py))
     }
 
@@ -626,13 +626,13 @@ impl Send {
                         // task resolves once the channel has room. No thread blocks.
                         let future = Py::new(py, NativeFuture::new(exchange.server.bridge.clone()))?;
                         let resolving = future.clone_ref(py);
-                        runtime::spawn(async move {
+                        exchange.server.bridge.handle.spawn(async move {
                             let sent = tx.send(body).await;
                             Python::attach(|py| {
                                 let result = sent.map(|()| py.None()).map_err(|_| client_gone());
                                 NativeFuture::settle(resolving.bind(py), result, ResumeVia::DriveNow);
                             });
-                        })?;
+                        });
                         Ok(future.into_any())
                     }
                 }

@@ -22,7 +22,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
-use crate::bridge::{runtime, NativeFuture, ResumeVia};
+use crate::bridge::{NativeFuture, ResumeVia};
 use crate::http::io::{
     client_gone, optional_field, optional_flag, parse_headers, plain_response, ResponseBody,
 };
@@ -230,15 +230,16 @@ impl WsReceive {
         }
         let future = Py::new(py, NativeFuture::new(bridge))?;
         let resolving = future.clone_ref(py);
+        let handle = exchange.server.bridge.handle.clone();
         let exchange = exchange.clone();
-        runtime::spawn(async move {
+        handle.spawn(async move {
             let message = exchange.inbound.lock().await.recv().await;
             let message = remember(&exchange, message.unwrap_or_else(|| exchange.ended()));
             Python::attach(|py| {
                 let message = message_dict(py, message).map(|m| m.into_any().unbind());
                 NativeFuture::settle(resolving.bind(py), message, ResumeVia::DriveNow);
             });
-        })?;
+        });
         Ok(future)
     }
 }
@@ -440,13 +441,13 @@ impl WsSend {
             Err(mpsc::error::TrySendError::Full(frame)) => {
                 let future = Py::new(py, NativeFuture::new(self.exchange.server.bridge.clone()))?;
                 let resolving = future.clone_ref(py);
-                runtime::spawn(async move {
+                self.exchange.server.bridge.handle.spawn(async move {
                     let sent = tx.send(frame).await;
                     Python::attach(|py| {
                         let result = sent.map(|()| py.None()).map_err(|_| client_gone());
                         NativeFuture::settle(resolving.bind(py), result, ResumeVia::DriveNow);
                     });
-                })?;
+                });
                 Ok(future.into_any())
             }
         }
