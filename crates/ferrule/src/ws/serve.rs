@@ -32,6 +32,17 @@ pub fn is_upgrade(request: &Request<Incoming>) -> bool {
     upgrade && connection && request.version() == Version::HTTP_11
 }
 
+/// Whether `key` is what RFC 6455 4.1 asks of `Sec-WebSocket-Key`: 16 bytes in base64, so 22
+/// base64 characters and `==`. A server "MUST" refuse a handshake with anything else (4.2.1).
+fn is_handshake_key(key: &[u8]) -> bool {
+    let key = key.trim_ascii();
+    key.len() == 24
+        && key.ends_with(b"==")
+        && key[..22]
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
+}
+
 /// Serves one upgrade request: the app decides the answer, and a 101 hands the connection to
 /// the socket task. The caller has counted the request in flight; the app's end uncounts it.
 pub async fn upgrade(
@@ -45,7 +56,10 @@ pub async fn upgrade(
     let version_ok = headers
         .get(http::header::SEC_WEBSOCKET_VERSION)
         .is_some_and(|v| v.as_bytes() == b"13");
-    let key = headers.get(http::header::SEC_WEBSOCKET_KEY).cloned();
+    let key = headers
+        .get(http::header::SEC_WEBSOCKET_KEY)
+        .filter(|key| is_handshake_key(key.as_bytes()))
+        .cloned();
     let (Some(key), true, &Method::GET) = (key, version_ok, request.method()) else {
         shared.request_finished();
         let mut refused = closing_response(StatusCode::BAD_REQUEST, &shared);
