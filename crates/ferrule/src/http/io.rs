@@ -75,6 +75,11 @@ struct ExchangeState {
     length_reached: bool,
     /// Request body bytes handed to the app so far (for `limit_request_body`).
     body_read: u64,
+    /// The Content-Length the app's response head declared, while the body is held to it (not
+    /// for HEAD or a status without a body, where the body is never sent), and the body bytes
+    /// the app has sent so far.
+    declared: Option<u64>,
+    body_sent: u64,
     status: u16,
     /// `receive()` calls waiting for `http.disconnect`.
     disconnect_waiters: Vec<Py<NativeFuture>>,
@@ -97,6 +102,7 @@ impl ExchangeState {
 /// What hyper's side and the app's side share for one request.
 pub struct Exchange {
     pub server: Arc<ServerShared>,
+    head_request: bool,
     state: Mutex<ExchangeState>,
     /// Set when the app failed after streaming began: the body ends in an error, so hyper
     /// closes the connection instead of finishing the response as if it were whole.
@@ -106,13 +112,16 @@ pub struct Exchange {
 }
 
 impl Exchange {
+    /// `head_request`: a HEAD request, whose response has no body whatever its Content-Length.
     pub fn new(
         server: Arc<ServerShared>,
         head_tx: oneshot::Sender<Response<ResponseBody>>,
         body: Incoming,
+        head_request: bool,
     ) -> Self {
         Self {
             server,
+            head_request,
             state: Mutex::new(ExchangeState {
                 phase: Phase::Waiting,
                 head_tx: Some(head_tx),
@@ -122,6 +131,8 @@ impl Exchange {
                 disconnected: false,
                 length_reached: false,
                 body_read: 0,
+                declared: None,
+                body_sent: 0,
                 status: 0,
                 disconnect_waiters: Vec::new(),
                 expects_trailers: false,
@@ -435,6 +446,9 @@ impl Send {
             .filter(|s| (200..600).contains(&s.as_u16()))
             .ok_or_else(|| PyValueError::new_err(format!("invalid HTTP status code {status}")))?;
         let headers = parse_headers(py, message)?;
+        let declared = declared_length(&headers)?;
+        let has_body = !self.exchange.head_request
+            && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED);
         let mut state = self.exchange.state.lock().unwrap();
         if state.disconnected {
             return Err(client_gone());
@@ -444,6 +458,7 @@ impl Send {
                 "Unexpected ASGI message 'http.response.start': the response has already started",
             ));
         }
+        state.declared = declared.filter(|_| has_body);
         state.expects_trailers = optional_flag(message, intern!(py, "trailers"))?;
         state.head = Some((status, headers));
         state.status = status.as_u16();
@@ -551,6 +566,24 @@ impl Send {
         if state.disconnected {
             return Err(client_gone());
         }
+        if matches!(state.phase, Phase::HeadPending | Phase::Streaming) {
+            // As uvicorn (h11) refuses it. Before the head is out this makes the response a 500;
+            // after, the connection is closed: never a body framed otherwise than its head says.
+            let sent = state.body_sent + body.len() as u64;
+            if let Some(declared) = state.declared {
+                if sent > declared {
+                    return Err(PyRuntimeError::new_err(
+                        "Response content longer than Content-Length",
+                    ));
+                }
+                if !more_body && sent < declared {
+                    return Err(PyRuntimeError::new_err(
+                        "Response content shorter than Content-Length",
+                    ));
+                }
+            }
+            state.body_sent = sent;
+        }
         match state.phase {
             Phase::Waiting => Err(PyRuntimeError::new_err(
                 "Expected ASGI message 'http.response.start', but got 'http.response.body'",
@@ -567,8 +600,7 @@ impl Send {
                     }
                     state.body_tx = Some(tx);
                     state.phase = if more_body { Phase::Streaming } else { Phase::AwaitingTrailers };
-                    let declared = state.head.as_ref().and_then(|(_, headers)| declared_length(headers));
-                    ResponseBody::stream(rx, exchange.clone(), declared)
+                    ResponseBody::stream(rx, exchange.clone(), state.declared)
                 } else {
                     state.phase = Phase::Complete;
                     ResponseBody::full(body)
@@ -581,12 +613,7 @@ impl Send {
                 Ok(self.done(py))
             }
             Phase::Streaming if state.length_reached => {
-                // As uvicorn (h11) refuses it: the response is already whole on the wire.
-                if !body.is_empty() {
-                    return Err(PyRuntimeError::new_err(
-                        "Response content longer than Content-Length",
-                    ));
-                }
+                // The response is already whole on the wire (more bytes were refused above).
                 if !more_body {
                     state.phase = Phase::Complete;
                     let waiters = std::mem::take(&mut state.disconnect_waiters);
@@ -711,15 +738,31 @@ pub(crate) fn parse_headers(py: Python<'_>, message: &Bound<'_, PyAny>) -> PyRes
     Ok(headers)
 }
 
-/// The Content-Length a response head declares, if one valid one.
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(http::header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+/// The Content-Length a response head declares, if any. Not a number, or two that differ, is
+/// the app's error: hyper would send it as is, and no client could tell where the body ends.
+fn declared_length(headers: &HeaderMap) -> PyResult<Option<u64>> {
+    let mut declared = None;
+    for value in headers.get_all(http::header::CONTENT_LENGTH) {
+        let length = value
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|digits| digits.parse::<u64>().ok())
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "invalid Content-Length response header {:?}",
+                    String::from_utf8_lossy(value.as_bytes())
+                ))
+            })?;
+        if declared.is_some_and(|first| first != length) {
+            return Err(PyValueError::new_err(
+                "the response headers give two different Content-Lengths",
+            ));
+        }
+        declared = Some(length);
+    }
+    Ok(declared)
 }
 
 /// The response body hyper polls: all at once, or streamed from the app through a channel.

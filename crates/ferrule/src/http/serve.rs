@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -667,7 +667,8 @@ async fn handle(
     }
     let (parts, body) = request.into_parts();
     let (head_tx, head_rx) = oneshot::channel();
-    let exchange = Arc::new(Exchange::new(shared.clone(), head_tx, body));
+    let head_request = parts.method == http::Method::HEAD;
+    let exchange = Arc::new(Exchange::new(shared.clone(), head_tx, body, head_request));
     // Built only when an access log line will be written: it costs three allocations.
     let access = shared
         .access_logger
@@ -738,14 +739,18 @@ fn bridge_stats(shared: &ServerShared) -> Response<ResponseBody> {
 }
 
 /// A request refused before the app sees it: headers over `max_head_size` in all (hyper
-/// enforces its buffer limit only when a head arrives in several reads), or a declared body over
-/// `limit_request_body` (hyper has already rejected malformed Content-Lengths). A `recorded`
-/// head's framing was checked already, on the raw lines (`RawHead::ambiguous`).
+/// enforces its buffer limit only when a head arrives in several reads), a request no ASGI app
+/// can be handed (`unservable`), or a declared body over `limit_request_body` (hyper has
+/// already rejected malformed Content-Lengths). A `recorded` head's framing was checked
+/// already, on the raw lines (`RawHead::ambiguous`).
 fn refusal(
     request: &Request<Incoming>,
     recorded: bool,
     shared: &ServerShared,
 ) -> Option<StatusCode> {
+    if let Some(status) = unservable(request) {
+        return Some(status);
+    }
     let headers = request.headers();
     let head_bytes: usize = headers
         .iter()
@@ -765,6 +770,32 @@ fn refusal(
         .parse()
         .ok()?;
     (length > limit).then_some(StatusCode::PAYLOAD_TOO_LARGE)
+}
+
+/// What RFC 9112 says a server must refuse, or what no ASGI app can serve:
+/// - CONNECT asks for a tunnel, which an ASGI server has none of (hyper would take the app's
+///   2xx for the start of one and drop the connection with no response sent): 501;
+/// - a request-target other than a path (or `*` for OPTIONS), such as `GET example.com:80`,
+///   would reach the app with an empty path: 400 (RFC 9112 3.2);
+/// - an HTTP/1.1 request without a Host line, or any request with two: 400 (RFC 9112 3.2, a
+///   MUST); two are a host-confusion vector, a proxy routing on one and the app reading the other.
+fn unservable(request: &Request<Incoming>) -> Option<StatusCode> {
+    if request.method() == http::Method::CONNECT {
+        return Some(StatusCode::NOT_IMPLEMENTED);
+    }
+    let path = request.uri().path();
+    let asterisk = path == "*" && request.method() == http::Method::OPTIONS;
+    if !path.starts_with('/') && !asterisk {
+        return Some(StatusCode::BAD_REQUEST);
+    }
+    if request.version() < Version::HTTP_2 {
+        let hosts = request.headers().get_all(http::header::HOST).iter().count();
+        let required = usize::from(request.version() == Version::HTTP_11);
+        if hosts > 1 || hosts < required {
+            return Some(StatusCode::BAD_REQUEST);
+        }
+    }
+    None
 }
 
 /// Body framing two parsers could read differently, the raw material of request smuggling:
