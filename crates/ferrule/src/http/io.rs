@@ -445,8 +445,9 @@ impl Send {
             // leave the client waiting for one that never comes.
             .filter(|s| (200..600).contains(&s.as_u16()))
             .ok_or_else(|| PyValueError::new_err(format!("invalid HTTP status code {status}")))?;
-        let headers = parse_headers(py, message)?;
-        let declared = declared_length(&headers)?;
+        let mut declared = DeclaredLength::default();
+        let headers = parse_headers_into(py, message, &mut declared)?;
+        let declared = declared.length;
         let has_body = !self.exchange.head_request
             && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED);
         let mut state = self.exchange.state.lock().unwrap();
@@ -709,6 +710,15 @@ fn header_pair<'py>(item: &Bound<'py, PyAny>) -> PyResult<[Bound<'py, PyAny>; 2]
 }
 
 pub(crate) fn parse_headers(py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<HeaderMap> {
+    parse_headers_into(py, message, &mut DeclaredLength::default())
+}
+
+/// `parse_headers`, reading the Content-Length on the way (no second lookup in the map).
+fn parse_headers_into(
+    py: Python<'_>,
+    message: &Bound<'_, PyAny>,
+    declared: &mut DeclaredLength,
+) -> PyResult<HeaderMap> {
     let mut headers = HeaderMap::new();
     let Some(items) = optional_field(message, intern!(py, "headers"))? else {
         return Ok(headers);
@@ -733,6 +743,9 @@ pub(crate) fn parse_headers(py: Python<'_>, message: &Bound<'_, PyAny>) -> PyRes
         let value = HeaderValue::from_bytes(value).map_err(|_| {
             PyValueError::new_err(format!("invalid value for response header {name}"))
         })?;
+        if name == http::header::CONTENT_LENGTH {
+            declared.add(value.as_bytes())?;
+        }
         headers.append(name, value);
     }
     Ok(headers)
@@ -740,29 +753,35 @@ pub(crate) fn parse_headers(py: Python<'_>, message: &Bound<'_, PyAny>) -> PyRes
 
 /// The Content-Length a response head declares, if any. Not a number, or two that differ, is
 /// the app's error: hyper would send it as is, and no client could tell where the body ends.
-fn declared_length(headers: &HeaderMap) -> PyResult<Option<u64>> {
-    let mut declared = None;
-    for value in headers.get_all(http::header::CONTENT_LENGTH) {
-        let length = value
-            .to_str()
-            .ok()
-            .map(str::trim)
-            .filter(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|digits| digits.parse::<u64>().ok())
+#[derive(Default)]
+struct DeclaredLength {
+    length: Option<u64>,
+}
+
+impl DeclaredLength {
+    fn add(&mut self, value: &[u8]) -> PyResult<()> {
+        let digits = value.trim_ascii();
+        let length = (!digits.is_empty() && digits.len() <= 19)
+            .then(|| {
+                digits.iter().try_fold(0u64, |n, &b| {
+                    b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+                })
+            })
+            .flatten()
             .ok_or_else(|| {
                 PyValueError::new_err(format!(
                     "invalid Content-Length response header {:?}",
-                    String::from_utf8_lossy(value.as_bytes())
+                    String::from_utf8_lossy(value)
                 ))
             })?;
-        if declared.is_some_and(|first| first != length) {
+        if self.length.is_some_and(|first| first != length) {
             return Err(PyValueError::new_err(
                 "the response headers give two different Content-Lengths",
             ));
         }
-        declared = Some(length);
+        self.length = Some(length);
+        Ok(())
     }
-    Ok(declared)
 }
 
 /// The response body hyper polls: all at once, or streamed from the app through a channel.
