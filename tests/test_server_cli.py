@@ -431,6 +431,22 @@ def test_forwarded_allow_ips_from_the_env_file(tmp_path: Path) -> None:
         assert server.get("/", headers=TWO_HOPS).json()["client"][0] == "127.0.0.1"
 
 
+def test_forwarded_allow_ips_networks_and_every_forwarded_for_line() -> None:
+    """Rule: as uvicorn's, --forwarded-allow-ips takes networks (127.0.0.0/8, 10.0.0.0/8),
+    the X-Forwarded-For lines make one list, a hop may carry a port (``host:port``, kept as
+    the client's), and the access line names the client the scope has. Here the client
+    203.0.113.7:4711 came through a proxy at 10.0.0.5, whose line came after the client's.
+    Seen failing before the fix: the client was 127.0.0.1 (a network matched nothing, since
+    entries were compared as strings); with the addresses listed instead, it was 10.0.0.5
+    (only the last line was read), then "203.0.113.7:4711" with port 0; the access line gave
+    the peer, 127.0.0.1."""
+    headers = [("X-Forwarded-For", "203.0.113.7:4711"), ("X-Forwarded-For", "10.0.0.5")]
+    args = ["--forwarded-allow-ips", "127.0.0.0/8, 10.0.0.0/8"]
+    with running_server("hello_app:app", *args) as server:
+        assert server.get("/", headers=headers).json()["client"] == ["203.0.113.7", 4711]
+        server.wait_for_output(r'203\.0\.113\.7:4711 - "GET / HTTP/1\.1" 200', stream="stdout")
+
+
 def _ipv6_loopback() -> bool:
     try:
         with socket.socket(socket.AF_INET6) as sock:

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::io::{ClientDisconnected, Exchange};
+use super::proxy::Forwarded;
 use super::serve::ServerShared;
 use super::types::{http_version, ConnInfo};
 
@@ -20,13 +21,13 @@ pub struct AccessInfo {
 }
 
 impl AccessInfo {
-    pub fn new(parts: &http::request::Parts, conn: &ConnInfo) -> Self {
+    pub fn new(parts: &http::request::Parts, conn: &ConnInfo, forwarded: &Forwarded) -> Self {
         let target = parts
             .uri
             .path_and_query()
             .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.to_string());
         Self {
-            client: conn.client_label(),
+            client: conn.client_label(forwarded),
             method: parts.method.to_string(),
             target,
             version: http_version(parts.version),

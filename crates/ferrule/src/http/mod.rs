@@ -10,7 +10,7 @@
 pub(crate) mod callbacks;
 pub(crate) mod heads;
 pub(crate) mod io;
-mod proxy;
+pub(crate) mod proxy;
 pub(crate) mod serve;
 mod tls;
 pub(crate) mod types;

@@ -29,7 +29,7 @@ use super::heads::{RawHead, Recorder, RecordingIo};
 use super::io::{
     closing_response, plain_response, server_response, Exchange, Receive, ResponseBody, Send,
 };
-use super::proxy::TrustedProxies;
+use super::proxy::{Forwarded, TrustedProxies};
 use super::tls::{self, ClientCerts};
 use super::types::{build_scope, ConnInfo, ScopeTemplate};
 
@@ -668,18 +668,20 @@ async fn handle(
     let (parts, body) = request.into_parts();
     let (head_tx, head_rx) = oneshot::channel();
     let head_request = parts.method == http::Method::HEAD;
+    // Here, without the GIL: the scope and the access line both need it.
+    let forwarded = conn.forwarded(&parts.headers, &shared);
     let exchange = Arc::new(Exchange::new(shared.clone(), head_tx, body, head_request));
     // Built only when an access log line will be written: it costs three allocations.
     let access = shared
         .access_logger
         .is_some()
-        .then(|| AccessInfo::new(&parts, &conn));
+        .then(|| AccessInfo::new(&parts, &conn, &forwarded));
     let mut guard = DisconnectOnDrop(Some(exchange.clone()));
     let mut access = access;
     let mut begin = {
         let exchange = exchange.clone();
         move |py: Python<'_>| {
-            let head = (&parts, raw_head.as_ref());
+            let head = (&parts, raw_head.as_ref(), &forwarded);
             if let Err(err) = start_app(py, &exchange, head, &conn, &mut access, received) {
                 // Calling the app raised before there was a coroutine (say, a sync callable):
                 // the same 500 and logged traceback as an exception inside it.
@@ -825,7 +827,7 @@ fn ambiguous_framing(headers: &http::HeaderMap) -> bool {
 fn start_app(
     py: Python<'_>,
     exchange: &Arc<Exchange>,
-    head: (&http::request::Parts, Option<&RawHead>),
+    head: (&http::request::Parts, Option<&RawHead>, &Forwarded),
     conn: &ConnInfo,
     access: &mut Option<AccessInfo>,
     received: u64,
@@ -850,11 +852,11 @@ fn start_app(
 fn call_app<'py>(
     py: Python<'py>,
     exchange: &Arc<Exchange>,
-    (parts, raw_head): (&http::request::Parts, Option<&RawHead>),
+    (parts, raw_head, forwarded): (&http::request::Parts, Option<&RawHead>, &Forwarded),
     conn: &ConnInfo,
 ) -> PyResult<Bound<'py, PyAny>> {
     let shared = &exchange.server;
-    let scope = build_scope(py, parts, raw_head, conn, shared)?;
+    let scope = build_scope(py, parts, raw_head, conn, forwarded, shared)?;
     let receive = Py::new(
         py,
         Receive {

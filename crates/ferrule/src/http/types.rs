@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use super::heads::{HeadLog, RawHead};
+use super::proxy::Forwarded;
 use super::serve::ServerShared;
 
 /// The two ends of one connection, as the scope's `client` and `server` want them.
@@ -64,9 +65,16 @@ impl ConnInfo {
         Ok((client, server))
     }
 
-    /// `host:port` of the client for the access log.
-    pub fn client_label(&self) -> String {
-        match &self.client {
+    /// What a trusted proxy's headers say of this request (nothing when the peer is none).
+    pub fn forwarded(&self, headers: &http::HeaderMap, server: &ServerShared) -> Forwarded {
+        let peer = self.client.as_ref().map(|(host, _)| host.as_str());
+        server.proxies.forwarded(peer, headers, false)
+    }
+
+    /// `host:port` of the client for the access log: the forwarded one if any, as uvicorn
+    /// logs the scope's client.
+    pub fn client_label(&self, forwarded: &Forwarded) -> String {
+        match forwarded.client.as_ref().or(self.client.as_ref()) {
             Some((host, port)) => format!("{host}:{port}"),
             None => "-".to_owned(),
         }
@@ -135,6 +143,7 @@ pub fn build_scope<'py>(
     parts: &Parts,
     raw_head: Option<&RawHead>,
     conn: &ConnInfo,
+    forwarded: &Forwarded,
     server: &ServerShared,
 ) -> PyResult<Bound<'py, PyDict>> {
     let template = &server.scope_template;
@@ -145,8 +154,6 @@ pub fn build_scope<'py>(
         http_version_str(py, parts.version),
     )?;
     scope.set_item(intern!(py, "method"), method_name(py, &parts.method))?;
-    let peer = conn.client.as_ref().map(|(host, _)| host.as_str());
-    let forwarded = server.proxies.forwarded(peer, &parts.headers, false);
     let scheme = match forwarded.scheme {
         Some(scheme) => PyString::intern(py, scheme),
         None if conn.tls => intern!(py, "https").clone(),
@@ -193,9 +200,8 @@ pub fn build_scope<'py>(
     )?;
     scope.set_item(intern!(py, "headers"), headers)?;
     let (client, server_addr) = conn.python(py)?;
-    match forwarded.client {
-        // A forwarded client has no port to report: 0, as uvicorn gives.
-        Some(host) => scope.set_item(intern!(py, "client"), (host, 0u16))?,
+    match &forwarded.client {
+        Some((host, port)) => scope.set_item(intern!(py, "client"), (host, *port))?,
         None => scope.set_item(intern!(py, "client"), client)?,
     }
     scope.set_item(intern!(py, "server"), server_addr)?;

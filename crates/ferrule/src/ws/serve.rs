@@ -15,6 +15,7 @@ use crate::bridge::Completion;
 use crate::http::callbacks::log_app_exception;
 use crate::http::heads::RawHead;
 use crate::http::io::{closing_response, plain_response, ResponseBody};
+use crate::http::proxy::Forwarded;
 use crate::http::serve::ServerShared;
 use crate::http::types::{build_scope, ConnInfo};
 
@@ -71,12 +72,14 @@ pub async fn upgrade(
     };
     let on_upgrade = hyper::upgrade::on(&mut request);
     let (parts, _body) = request.into_parts();
+    let forwarded = conn.forwarded(&parts.headers, &shared);
     let (exchange, answer, ends) =
         WsExchange::new(shared.clone(), derive_accept_key(key.as_bytes()));
     // Ended by `on_app_done`, which runs exactly once however the app ends.
     shared.ws_sessions.send_modify(|open| *open += 1);
     Python::attach(|py| {
-        if let Err(err) = start_app(py, &exchange, &parts, raw_head.as_ref(), &conn) {
+        let head = (&parts, raw_head.as_ref(), &forwarded);
+        if let Err(err) = start_app(py, &exchange, head, &conn) {
             on_app_done(py, &exchange, Err(err));
         }
     });
@@ -94,7 +97,7 @@ pub async fn upgrade(
     };
     let line = format!(
         "{} - \"WebSocket {target}\" {handshake}",
-        conn.client_label()
+        conn.client_label(&forwarded)
     );
     log_info(&shared, &line);
     if accepted {
@@ -127,12 +130,11 @@ fn log_info(shared: &ServerShared, line: &str) {
 fn start_app(
     py: Python<'_>,
     exchange: &Arc<WsExchange>,
-    parts: &http::request::Parts,
-    raw_head: Option<&RawHead>,
+    head: (&http::request::Parts, Option<&RawHead>, &Forwarded),
     conn: &ConnInfo,
 ) -> PyResult<()> {
     let shared = &exchange.server;
-    let scope = websocket_scope(py, parts, raw_head, conn, shared)?;
+    let scope = websocket_scope(py, head, conn, shared)?;
     let receive = Py::new(
         py,
         WsReceive {
@@ -160,12 +162,11 @@ fn start_app(
 /// The HTTP scope of the upgrade request, made a `websocket` one (ASGI websocket spec 2.4).
 fn websocket_scope<'py>(
     py: Python<'py>,
-    parts: &http::request::Parts,
-    raw_head: Option<&RawHead>,
+    (parts, raw_head, forwarded): (&http::request::Parts, Option<&RawHead>, &Forwarded),
     conn: &ConnInfo,
     shared: &ServerShared,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let scope = build_scope(py, parts, raw_head, conn, shared)?;
+    let scope = build_scope(py, parts, raw_head, conn, forwarded, shared)?;
     scope.set_item(intern!(py, "type"), intern!(py, "websocket"))?;
     scope.del_item(intern!(py, "method"))?;
     let scheme: String = scope
