@@ -2,13 +2,16 @@
 
 from ferrule._bridge import drive, new_event_loop
 from ferrule._ferrule import COUNTERS, Bridge, ClientDisconnected, NativeFuture, __version__
-from ferrule.server import counters, run
+from ferrule.config import Config
+from ferrule.server import Server, counters, run
 
 __all__ = [
     "COUNTERS",
     "Bridge",
     "ClientDisconnected",
+    "Config",
     "NativeFuture",
+    "Server",
     "__version__",
     "counters",
     "drive",

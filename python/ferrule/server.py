@@ -130,9 +130,74 @@ def counters() -> dict[str, int] | None:
     return None if bridge is None else bridge.counters()
 
 
+class Server:
+    """uvicorn's ``Server``, for a program that runs its own event loop: ``await
+    Server(Config(app, port=...)).serve()`` serves on that loop, next to the program's own
+    tasks, until ``should_exit`` is set (or SIGINT/SIGTERM, when serving on the main thread;
+    the handlers in place before are put back after). ``force_exit`` stops without the
+    graceful wait. ``started`` is true while connections are accepted. A server that cannot
+    start logs why and raises ``SystemExit(3)``, as uvicorn's does. ``sockets``: one bound
+    socket to serve instead of the config's address (the server takes ownership of it)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.started = False
+        self.should_exit = False
+        self.force_exit = False
+
+    def run(self, sockets: list[socket.socket] | None = None) -> None:
+        """Serves on a new event loop of the config's kind, until stopped."""
+        loop = new_event_loop(self.config.loop)
+        try:
+            loop.run_until_complete(self.serve(sockets))
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        config = self.config
+        configure_logging(config.log_level_number, config.use_colors)
+        if sockets is not None and len(sockets) != 1:
+            raise ValueError("ferrule serves one socket: give a list of one")
+        try:
+            app = config.load_app()
+            tls_files = tls.load(config)
+            if sockets:
+                sock = sockets[0]
+                sock.listen(config.backlog)  # as asyncio's create_server: bound is enough
+            else:
+                sock = listening_socket(config)
+        except (AppLoadError, tls.TlsConfigError, OSError) as exc:
+            logger.error("%s", exc)
+            raise SystemExit(STARTUP_FAILURE) from None
+        socket_file = None if sockets else bound_socket_file(config)
+        stop = asyncio.Event()
+        watcher = asyncio.ensure_future(self._watch(stop))
+        try:
+            status = await _serve(config, app, sock, tls_files, stop, self)
+        finally:
+            watcher.cancel()
+            self.started = False
+            remove_socket_file(config, socket_file)
+        if status:
+            raise SystemExit(status)
+
+    async def _watch(self, stop: asyncio.Event) -> None:
+        while not (self.should_exit or self.force_exit):
+            await asyncio.sleep(0.1)
+        stop.set()
+
+
 async def _serve(
-    config: Config, app: Any, sock: socket.socket, tls_files: tls.TlsFiles | None
+    config: Config,
+    app: Any,
+    sock: socket.socket,
+    tls_files: tls.TlsFiles | None,
+    stop: asyncio.Event | None = None,
+    embedded: Server | None = None,
 ) -> int:
+    """Serves until ``stop`` is set, or SIGINT/SIGTERM. ``embedded``: the ``Server`` of a
+    program's own loop, told when the server has started and whether to force the exit."""
     global _serving_bridge
     loop = asyncio.get_running_loop()
     limit_max_requests = config.limit_max_requests
@@ -140,6 +205,7 @@ async def _serve(
         limit_max_requests += random.randint(0, config.limit_max_requests_jitter)
     bridge = _serving_bridge = Bridge(loop, budget=config.budget, trace=config.trace_requests)
     heartbeat: Heartbeat | None = None
+    signals: _StopSignals | None = None
     try:
         lifespan = Lifespan(app, config.lifespan)
         try:
@@ -148,9 +214,8 @@ async def _serve(
             logger.error("%s", exc)
             sock.close()
             return STARTUP_FAILURE
-        stop = asyncio.Event()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
+        stop = stop or asyncio.Event()
+        signals = _StopSignals(loop, stop)
         try:
             server = HttpServer(
                 bridge,
@@ -196,6 +261,8 @@ async def _serve(
             stopped = server.serve_tcp(sock.detach())
         if not config.worker:  # a worker's parent said where, once for all (as uvicorn)
             logger.info("ferrule running on %s (Press CTRL+C to quit)", where)
+        if embedded is not None:
+            embedded.started = True
         if config.heartbeat_fd is not None:
             heartbeat = Heartbeat(loop, config.heartbeat_fd, config.timeout_worker_healthcheck)
         signalled = asyncio.ensure_future(stop.wait())
@@ -211,19 +278,47 @@ async def _serve(
             )
         else:
             logger.info("Shutting down")
-            server.shutdown(config.timeout_graceful_shutdown)
+            forced = embedded is not None and embedded.force_exit
+            server.shutdown(0.0 if forced else config.timeout_graceful_shutdown)
         await serving
         await _apps_finished(bridge, config.timeout_graceful_shutdown)
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
+        signals.restore()  # a signal during lifespan shutdown is the program's again
         await lifespan.shutdown()
         logger.info("Finished server process [%d]", os.getpid())
         return 0
     finally:
+        if signals is not None:
+            signals.restore()
         if heartbeat is not None:
             heartbeat.stop()
         _serving_bridge = None
         bridge.close()
+
+
+class _StopSignals:
+    """SIGINT and SIGTERM set ``stop`` while serving, where the loop can take signals (the main
+    thread); ``restore`` puts back the Python-level handlers there were before."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+        self.loop = loop
+        self.previous = {signum: signal.getsignal(signum) for signum in self.SIGNALS}
+        self.installed: list[int] = []
+        for signum in self.SIGNALS:
+            try:
+                loop.add_signal_handler(signum, stop.set)
+            except (RuntimeError, ValueError):  # not the main thread: the program's to stop us
+                break
+            self.installed.append(signum)
+
+    def restore(self) -> None:
+        for signum in self.installed:
+            self.loop.remove_signal_handler(signum)
+            previous = self.previous[signum]
+            if previous is not None:
+                signal.signal(signum, previous)
+        self.installed = []
 
 
 class Heartbeat:
