@@ -471,6 +471,24 @@ def test_ipv6_loopback_is_a_trusted_proxy_by_default(workers: str) -> None:
             assert seen[0] == "203.0.113.7", srv.describe()
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--http", "1", "--http2"], "HTTP/2 cannot be on with http 1"),
+        (["--ws-per-message-deflate", "maybe"], "'maybe' is not a valid boolean"),
+    ],
+    ids=["http2-with-http-1", "deflate-not-a-boolean"],
+)
+def test_uvicorn_http2_and_deflate_options_refuse_nonsense(args: list[str], message: str) -> None:
+    """Rule: uvicorn's ``--http2`` and ``--ws-per-message-deflate BOOLEAN`` are accepted (see
+    the test of all options; before, each made a uvicorn command line fail with "unrecognized
+    arguments"), but ``--http2`` with ``--http 1`` and a deflate value that is no boolean are
+    usage errors (exit 2) naming the problem. Broken: served anyway, or another exit."""
+    result = run_to_exit(ferrule_command("hello_app:app", "--port", "0", *args))
+    assert result.returncode == 2, result.describe()
+    assert message in result.stderr, result.describe()
+
+
 def test_all_options_together() -> None:
     """Rule: every option is accepted with a value of the documented form. Broken: one of them
     is refused (the process exits at startup with a usage error)."""
@@ -502,6 +520,9 @@ def test_all_options_together() -> None:
         "--proxy-headers",
         "--forwarded-allow-ips",
         "127.0.0.1",
+        "--http2",
+        "--ws-per-message-deflate",
+        "false",
     ) as server:
         seen = server.get("/root/x").json()
         code = server.stop(signal.SIGTERM)

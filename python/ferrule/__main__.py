@@ -28,6 +28,16 @@ def version_line() -> str:
     return f"ferrule {__version__} with {python} on {platform.system()}"
 
 
+def boolean(text: str) -> bool:
+    """A BOOLEAN option's value, spelled as uvicorn's (click's) accept it."""
+    value = text.strip().lower()
+    if value in ("1", "true", "t", "yes", "y", "on"):
+        return True
+    if value in ("0", "false", "f", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a valid boolean")
+
+
 def header(text: str) -> tuple[str, str]:
     try:
         return parse_header(text)
@@ -44,7 +54,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="bind to this host (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="bind to this port (0: any free one)")
     p.add_argument("--uds", help="bind to this Unix domain socket instead")
-    p.add_argument("--fd", type=int, help=argparse.SUPPRESS)  # a worker's inherited socket
+    p.add_argument(
+        "--fd",
+        type=int,
+        help="serve the listening socket inherited as this file descriptor (systemd socket "
+        "activation, a process manager)",
+    )
     p.add_argument(
         "--workers",
         type=int,
@@ -195,11 +210,25 @@ def parser() -> argparse.ArgumentParser:
         "uvicorn's h11 and httptools mean 1 (HTTP/1.1 only)",
     )
     p.add_argument(
+        "--http2",
+        action="store_true",
+        help="uvicorn's switch for HTTP/2, which --http auto (the default) and 2 serve anyway; "
+        "refused with --http 1",
+    )
+    p.add_argument(
         "--ws",
         choices=list(WS_CHOICES),
         default="auto",
         help="WebSockets: auto (on) or none; uvicorn's websockets, websockets-sansio and wsproto "
         "mean auto",
+    )
+    p.add_argument(
+        "--ws-per-message-deflate",
+        type=boolean,
+        default=True,
+        metavar="BOOLEAN",
+        help="uvicorn's option, accepted either way: ferrule never negotiates permessage-deflate, "
+        "so WebSocket frames go uncompressed (clients offering it fall back)",
     )
     p.add_argument(
         "--ws-max-size",

@@ -161,6 +161,11 @@ class Config:
     ws: str = "auto"
     ws_max_size: int = 16 * 1024 * 1024
     ws_max_queue: int = 32
+    # uvicorn's --http2: HTTP/2 on, which ferrule's --http auto is anyway.
+    http2: bool = False
+    # uvicorn's --ws-per-message-deflate: accepted, but ferrule never compresses WebSocket
+    # frames (the extension is not negotiated, so clients offering it send plain frames).
+    ws_per_message_deflate: bool = True
     # uvicorn's defaults; None or 0 turns pings (or their timeout) off.
     ws_ping_interval: float | None = 20.0
     ws_ping_timeout: float | None = 20.0
@@ -198,6 +203,8 @@ class Config:
         if self.http not in HTTP_CHOICES:
             raise ValueError(f"http must be one of {', '.join(HTTP_CHOICES)}, not {self.http!r}")
         self.http = HTTP_CHOICES[self.http]
+        if self.http2 and self.http == "1":
+            raise ValueError("http2: HTTP/2 cannot be on with http 1 (HTTP/1.1 only)")
         if self.ws not in WS_CHOICES:
             raise ValueError(f"ws must be one of {', '.join(WS_CHOICES)}, not {self.ws!r}")
         self.ws = WS_CHOICES[self.ws]
