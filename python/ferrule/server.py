@@ -90,22 +90,12 @@ def load_env_file(path: str) -> None:
 
 
 def serve(config: Config) -> int:
-    """Serve in this process: load the app, run lifespan, serve until SIGINT or SIGTERM."""
-    try:
-        app = config.load_app()
-    except AppLoadError as exc:
-        logger.error("%s", exc)
+    """Serve in this process: load the app (before the loop, as uvicorn), run lifespan, serve
+    until SIGINT or SIGTERM."""
+    starting = _starting(config)
+    if starting is None:
         return STARTUP_FAILURE
-    try:
-        tls_files = tls.load(config)
-    except tls.TlsConfigError as exc:
-        logger.error("%s", exc)
-        return STARTUP_FAILURE
-    try:
-        sock = listening_socket(config)
-    except OSError as exc:
-        logger.error("%s", exc)
-        return STARTUP_FAILURE
+    app, tls_files, sock = starting
     socket_file = bound_socket_file(config)
     loop = new_event_loop(config.loop)
     asyncio.set_event_loop(loop)
@@ -159,17 +149,10 @@ class Server:
         configure_logging(config.log_level_number, config.use_colors)
         if sockets is not None and len(sockets) != 1:
             raise ValueError("ferrule serves one socket: give a list of one")
-        try:
-            app = config.load_app()
-            tls_files = tls.load(config)
-            if sockets:
-                sock = sockets[0]
-                sock.listen(config.backlog)  # as asyncio's create_server: bound is enough
-            else:
-                sock = listening_socket(config)
-        except (AppLoadError, tls.TlsConfigError, OSError) as exc:
-            logger.error("%s", exc)
-            raise SystemExit(STARTUP_FAILURE) from None
+        starting = _starting(config, sockets[0] if sockets else None)
+        if starting is None:
+            raise SystemExit(STARTUP_FAILURE)
+        app, tls_files, sock = starting
         socket_file = None if sockets else bound_socket_file(config)
         stop = asyncio.Event()
         watcher = asyncio.ensure_future(self._watch(stop))
@@ -186,6 +169,24 @@ class Server:
         while not (self.should_exit or self.force_exit):
             await asyncio.sleep(0.1)
         stop.set()
+
+
+def _starting(
+    config: Config, sock: socket.socket | None = None
+) -> tuple[Any, tls.TlsFiles | None, socket.socket] | None:
+    """What serving needs first: the app, the TLS files, and the listening socket (``sock``
+    if given, else the config's); None, the reason logged, if one of them cannot be had."""
+    try:
+        app = config.load_app()
+        tls_files = tls.load(config)
+        if sock is None:
+            sock = listening_socket(config)
+        else:
+            sock.listen(config.backlog)  # as asyncio's create_server: bound is enough
+    except (AppLoadError, tls.TlsConfigError, OSError) as exc:
+        logger.error("%s", exc)
+        return None
+    return app, tls_files, sock
 
 
 async def _serve(
