@@ -168,7 +168,7 @@ class Supervisor:
         past the startup grace is killed and the restart given up, the old workers kept."""
         for i, old in enumerate(list(self.workers)):
             new = Worker(self.config, sock)
-            grace = max(WORKER_STARTUP_GRACE, self.config.timeout_worker_healthcheck)
+            grace = self._startup_grace
             while not (new.serving or self.stopping or new.process.poll() is not None):
                 now = time.monotonic()
                 if now - new.started > grace:
@@ -201,6 +201,11 @@ class Supervisor:
         worker.terminated = now
         self.retiring.append(worker)
 
+    @property
+    def _startup_grace(self) -> float:
+        """How long a new worker may take to serve its first request."""
+        return max(WORKER_STARTUP_GRACE, self.config.timeout_worker_healthcheck)
+
     def _healthy(self, worker: Worker, now: float) -> bool:
         """False, with a warning, for a worker whose loop has not beaten for the timeout, or
         that has not started serving within ``WORKER_STARTUP_GRACE``."""
@@ -208,7 +213,7 @@ class Supervisor:
         if not timeout:
             return True
         if worker.last_beat is None:
-            grace = max(WORKER_STARTUP_GRACE, timeout)
+            grace = self._startup_grace
             if now - worker.started <= grace:
                 return True
             logger.warning(
