@@ -699,17 +699,13 @@ def test_idle_http2_connections_cannot_exhaust_max_connections() -> None:
             assert srv.get("/ok", timeout=1.0).status_code == 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ferrule buffers up to 256 app chunks per response (BODY_CHANNEL_CAPACITY, counted in "
-    "chunks not bytes): about 4 MiB per zero-window stream with 16 KiB chunks, times 200 streams",
-)
 def test_zero_window_streams_cost_bounded_memory(server: ServerProcess) -> None:
     """Rule: a client that never opens its flow-control window (SETTINGS_INITIAL_WINDOW_SIZE 0)
     costs the server a bounded amount of memory per stream, about hyper's own send buffer
     (``max_send_buf_size``, 400 KiB) at most: the app's ``send()`` must wait instead.
-    Broken: each stream buffers what the app produces (here ten streams of 16 KiB chunks grow
-    RSS by 40 MiB; 200 streams per connection make it 800 MiB)."""
+    Broken: each stream buffers what the app produces. Seen failing before the byte bound
+    (``BODY_QUEUE_BYTES``): ten streams of 16 KiB chunks grew RSS by 40 MiB, 256 chunks each;
+    200 streams per connection would make it 800 MiB."""
     streams = 10
     before = rss_bytes(server.pid)
     tag = marker()

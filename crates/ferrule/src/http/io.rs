@@ -6,7 +6,7 @@
 //! a tokio task resolves it, and the driver resumes the coroutine without the asyncio loop.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -19,7 +19,7 @@ use pyo3::exceptions::{PyKeyError, PyOSError, PyRuntimeError, PyTypeError, PyVal
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::bridge::{NativeFuture, ResumeVia};
 
@@ -40,6 +40,11 @@ pub(crate) fn client_gone() -> PyErr {
 /// Body chunks in flight to hyper, per response: above the drive budget (128 steps), so one
 /// drive can never fill the channel while holding the GIL (invariant I13).
 pub const BODY_CHANNEL_CAPACITY: usize = 256;
+/// Body bytes of one response the app may have queued for hyper: past it, `send()` waits until
+/// hyper takes some. Without it a client that never opens its HTTP/2 flow-control window held
+/// 256 chunks per stream (4 MiB of 16 KiB chunks, times 200 streams a connection). Twice the
+/// benchmark's 256 x 1 KiB stream, which thus never waits.
+const BODY_QUEUE_BYTES: usize = 512 * 1024;
 /// How much of a file `http.response.pathsend` reads at a time.
 const PATHSEND_CHUNK: usize = 64 * 1024;
 
@@ -109,6 +114,10 @@ pub struct Exchange {
     aborted: Arc<AtomicBool>,
     /// The response's trailer fields, for the body to send once its data has ended.
     trailers: Mutex<Option<HeaderMap>>,
+    /// Body bytes in the channel to hyper (`BODY_QUEUE_BYTES`), and the signal that hyper took
+    /// some or let go of the body.
+    queued: AtomicUsize,
+    drained: Notify,
 }
 
 impl Exchange {
@@ -139,7 +148,29 @@ impl Exchange {
                 trailers: HeaderMap::new(),
             }),
             aborted: Arc::new(AtomicBool::new(false)),
+            queued: AtomicUsize::new(0),
+            drained: Notify::new(),
             trailers: Mutex::new(None),
+        }
+    }
+
+    /// Whether `len` more body bytes fit in `BODY_QUEUE_BYTES` (any chunk does in an empty
+    /// queue, so one larger than the bound still goes).
+    fn has_room_for(&self, len: usize) -> bool {
+        let queued = self.queued.load(Ordering::Acquire);
+        queued == 0 || queued + len <= BODY_QUEUE_BYTES
+    }
+
+    /// Waits until `len` more body bytes fit, or hyper has let go of the body (`tx` closed).
+    async fn room_for(&self, len: usize, tx: &mpsc::Sender<Bytes>) {
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.has_room_for(len) || tx.is_closed() {
+                return;
+            }
+            drained.await;
         }
     }
 
@@ -597,6 +628,7 @@ impl Send {
                 let response_body = if more_body || state.expects_trailers {
                     let (tx, rx) = mpsc::channel(BODY_CHANNEL_CAPACITY);
                     if !body.is_empty() {
+                        exchange.queued.fetch_add(body.len(), Ordering::AcqRel);
                         let _ = tx.try_send(body);
                     }
                     state.body_tx = Some(tx);
@@ -644,26 +676,34 @@ impl Send {
                 if body.is_empty() {
                     return Ok(self.done(py));
                 }
-                match tx.try_send(body) {
-                    Ok(()) => Ok(self.done(py)),
-                    Err(mpsc::error::TrySendError::Closed(_)) => {
-                        Err(client_gone())
+                let body = if exchange.has_room_for(body.len()) {
+                    exchange.queued.fetch_add(body.len(), Ordering::AcqRel);
+                    match tx.try_send(body) {
+                        Ok(()) => return Ok(self.done(py)),
+                        Err(mpsc::error::TrySendError::Closed(_)) => return Err(client_gone()),
+                        Err(mpsc::error::TrySendError::Full(body)) => {
+                            exchange.queued.fetch_sub(body.len(), Ordering::AcqRel);
+                            body
+                        }
                     }
-                    Err(mpsc::error::TrySendError::Full(body)) => {
-                        // Backpressure: suspend the coroutine on a native future that a tokio
-                        // task resolves once the channel has room. No thread blocks.
-                        let future = Py::new(py, NativeFuture::new(exchange.server.bridge.clone()))?;
-                        let resolving = future.clone_ref(py);
-                        exchange.server.bridge.handle.spawn(async move {
-                            let sent = tx.send(body).await;
-                            Python::attach(|py| {
-                                let result = sent.map(|()| py.None()).map_err(|_| client_gone());
-                                NativeFuture::settle(resolving.bind(py), result, ResumeVia::DriveNow);
-                            });
-                        });
-                        Ok(future.into_any())
-                    }
-                }
+                } else {
+                    body
+                };
+                // Backpressure: suspend the coroutine on a native future that a tokio task
+                // resolves once hyper has taken enough of the body. No thread blocks.
+                let future = Py::new(py, NativeFuture::new(exchange.server.bridge.clone()))?;
+                let resolving = future.clone_ref(py);
+                let exchange = exchange.clone();
+                exchange.server.bridge.handle.clone().spawn(async move {
+                    exchange.room_for(body.len(), &tx).await;
+                    exchange.queued.fetch_add(body.len(), Ordering::AcqRel);
+                    let sent = tx.send(body).await;
+                    Python::attach(|py| {
+                        let result = sent.map(|()| py.None()).map_err(|_| client_gone());
+                        NativeFuture::settle(resolving.bind(py), result, ResumeVia::DriveNow);
+                    });
+                });
+                Ok(future.into_any())
             }
         }
     }
@@ -849,6 +889,9 @@ impl Body for ResponseBody {
             ResponseBody::Stream(stream) => match stream.rx.poll_recv(cx) {
                 Poll::Ready(Some(chunk)) => {
                     stream.sent += chunk.len() as u64;
+                    let exchange = &stream.exchange;
+                    exchange.queued.fetch_sub(chunk.len(), Ordering::AcqRel);
+                    exchange.drained.notify_one();
                     Poll::Ready(Some(Ok(Frame::data(chunk))))
                 }
                 Poll::Ready(None) => {
@@ -887,6 +930,9 @@ impl Body for ResponseBody {
 
 impl Drop for StreamBody {
     fn drop(&mut self) {
+        // A `send()` waiting for room: the channel is closed now, its wait is over.
+        self.rx.close();
+        self.exchange.drained.notify_one();
         if self.ended {
             return;
         }
