@@ -511,6 +511,12 @@ fn connection_builder(shared: &ServerShared) -> auto::Builder<TokioExecutor> {
         .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(shared.max_head_size).unwrap_or(u32::MAX))
+        // A peer silent for the keep-alive timeout is PINGed, and dropped if it does not answer
+        // within as long again: a client gone without a FIN (a NAT that forgot it, a machine
+        // switched off) would otherwise keep its connection slot for ever. hyper's HTTP/2 has
+        // no idle timeout, so a live client that answers PINGs stays connected.
+        .keep_alive_interval(shared.header_read_timeout())
+        .keep_alive_timeout(shared.header_read_timeout())
         .auto_date_header(shared.date_header);
     if shared.versions.h1 {
         builder
