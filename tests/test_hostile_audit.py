@@ -263,6 +263,15 @@ def test_ws_key_that_is_not_16_base64_bytes_is_refused(server: ServerProcess) ->
     still_serving(server)
 
 
+def app_close_frame(server: ServerProcess, query: str) -> tuple[int, bytes] | None:
+    """The frame that follows the 101 when the app accepts and then closes as ``/close?QUERY``
+    asks; None if the server closed the connection instead."""
+    with ws_handshake(server, f"/close?{query}&key={new_key()}") as conn:
+        response = conn.read_response(head=True)
+        assert response.status == 101, response.raw_head
+        return read_ws_frame(conn)
+
+
 #: Close codes an endpoint may put in a close frame (RFC 6455 7.4.1/7.4.2 and the IANA
 #: registry): 1000-1003, 1007-1014, and 3000-4999 for libraries and applications.
 SENDABLE_CLOSE_CODES = {1000, 1001, 1002, 1003, *range(1007, 1015), *range(3000, 5000)}
@@ -279,11 +288,7 @@ def test_ws_app_close_with_unsendable_code_never_reaches_the_wire(
     code") and the server closes with a valid code (1011, or 1000; uvicorn drops the TCP
     connection without a close frame, also accepted here). Before (ferrule): the close frame
     carries the forbidden code, and the app's ``send()`` returns as if all was well."""
-    key = new_key()
-    with ws_handshake(server, f"/close?code={code}&key={key}") as conn:
-        response = conn.read_response(head=True)
-        assert response.status == 101, response.raw_head
-        frame = read_ws_frame(conn)
+    frame = app_close_frame(server, f"code={code}")
     if frame is None:
         return  # closed without a close frame: abrupt, but nothing invalid was sent
     opcode, payload = frame
@@ -299,11 +304,7 @@ def test_ws_app_close_with_long_reason_keeps_control_frame_small(server: ServerP
     frame too long") or the reason cut, never an oversized frame. Before (ferrule): a close
     frame with a 202-byte payload (extended length 126), which every conforming client treats
     as a protocol error."""
-    key = new_key()
-    with ws_handshake(server, f"/close?code=1000&reason=200&key={key}") as conn:
-        response = conn.read_response(head=True)
-        assert response.status == 101, response.raw_head
-        frame = read_ws_frame(conn)
+    frame = app_close_frame(server, "code=1000&reason=200")
     if frame is None:
         return  # closed without a close frame: abrupt, but nothing invalid was sent
     opcode, payload = frame
