@@ -188,21 +188,25 @@ def test_non_origin_target_is_rejected_not_served_as_empty_path(
     still_serving(server)
 
 
-@pytest.mark.parametrize(
-    "hosts",
-    [pytest.param([], id="no-host"), pytest.param(["a.example", "b.example"], id="two-hosts")],
-)
-def test_http11_host_must_be_exactly_one(server: ServerProcess, hosts: list[str]) -> None:
-    """Rule: RFC 9112 3.2: "A server MUST respond with a 400 (Bad Request) status code to any
-    HTTP/1.1 request message that lacks a Host header field and to any request message that
-    contains more than one Host header field line" (uvicorn/h11 does; uvicorn/httptools serves
-    both). Two Host lines are a host-confusion vector: a proxy may route on one and the app
-    read the other. Before (ferrule): both are served with 200 and the app sees the two Host
-    values."""
-    lines = ["GET /ok HTTP/1.1", *(f"Host: {host}" for host in hosts), "Connection: close"]
+def test_two_host_lines_are_refused(server: ServerProcess) -> None:
+    """Rule: RFC 9112 3.2: a server MUST answer 400 to a request with more than one Host line
+    (uvicorn/h11 does; uvicorn/httptools serves it). Two Host lines are a host-confusion
+    vector: a proxy may route on one and the app read the other. Before (ferrule): served
+    with 200, the app seeing both Host values."""
+    lines = ["GET /ok HTTP/1.1", "Host: a.example", "Host: b.example", "Connection: close"]
     received = exchange(server, ("\r\n".join(lines) + "\r\n\r\n").encode())
     assert received.startswith(b"HTTP/1.1 400"), received[:300]
     still_serving(server)
+
+
+def test_http11_without_host_is_served_as_uvicorn_serves_it(server: ServerProcess) -> None:
+    """Rule: an HTTP/1.1 request without Host is served, as uvicorn's default parser
+    (httptools) serves it. RFC 9112 3.2 says to refuse it with 400, and ferrule did for a
+    while: a benchmark's own wrk script (formatting its requests before wrk sets the Host)
+    then got 400 for 1.3 million requests. Clients that omit it worked under uvicorn, so they
+    keep working here; two Host lines are still refused (above). Broken: a 400."""
+    received = exchange(server, b"GET /ok HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert received.startswith(b"HTTP/1.1 200"), received[:300]
 
 
 # -- connection handling --------------------------------------------------------------------

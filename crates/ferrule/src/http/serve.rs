@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, Version};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -785,8 +785,10 @@ fn refusal(
 ///   2xx for the start of one and drop the connection with no response sent): 501;
 /// - a request-target other than a path (or `*` for OPTIONS), such as `GET example.com:80`,
 ///   would reach the app with an empty path: 400 (RFC 9112 3.2);
-/// - an HTTP/1.1 request without a Host line, or any request with two: 400 (RFC 9112 3.2, a
-///   MUST); two are a host-confusion vector, a proxy routing on one and the app reading the other.
+/// - a request with two Host lines: 400 (RFC 9112 3.2), a host-confusion vector, a proxy
+///   routing on one and the app reading the other. An HTTP/1.1 request with none is served, as
+///   uvicorn's default parser (httptools) serves it: RFC 9112 says refuse it, but clients that
+///   omit it (a wrk script formatting requests before wrk knows the host) worked until now.
 fn unservable(request: &Request<Incoming>) -> Option<StatusCode> {
     if request.method() == http::Method::CONNECT {
         return Some(StatusCode::NOT_IMPLEMENTED);
@@ -796,12 +798,14 @@ fn unservable(request: &Request<Incoming>) -> Option<StatusCode> {
     if !path.starts_with('/') && !asterisk {
         return Some(StatusCode::BAD_REQUEST);
     }
-    if request.version() < Version::HTTP_2 {
-        let hosts = request.headers().get_all(http::header::HOST).iter().count();
-        let required = usize::from(request.version() == Version::HTTP_11);
-        if hosts > 1 || hosts < required {
-            return Some(StatusCode::BAD_REQUEST);
-        }
+    if request
+        .headers()
+        .get_all(http::header::HOST)
+        .iter()
+        .nth(1)
+        .is_some()
+    {
+        return Some(StatusCode::BAD_REQUEST);
     }
     None
 }
