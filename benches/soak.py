@@ -77,12 +77,7 @@ EXPECTED_LINE = f"RuntimeError: {EXPECTED_ERROR}"
 # done() as "soak-status CODE COUNT" lines, so 5xx can be told from other non-2xx.
 WRK_SCRIPT = """\
 local body = string.rep("x", 4096)
-local requests = {
-  wrk.format("GET", "/hello"),
-  wrk.format("GET", "/task"),
-  wrk.format("GET", "/stream"),
-  wrk.format("POST", "/echo", {["Content-Type"] = "application/octet-stream"}, body),
-}
+local requests = {}
 local i = 0
 request = function()
   i = i % #requests + 1
@@ -91,7 +86,16 @@ end
 
 local threads = {}
 function setup(thread) table.insert(threads, thread) end
-function init(args) statuses = {} end
+function init(args)
+  statuses = {}
+  -- Formatted here, not when the script loads: only now does wrk.headers hold the Host.
+  requests = {
+    wrk.format("GET", "/hello"),
+    wrk.format("GET", "/task"),
+    wrk.format("GET", "/stream"),
+    wrk.format("POST", "/echo", {["Content-Type"] = "application/octet-stream"}, body),
+  }
+end
 function response(status, headers, body)
   statuses[status] = (statuses[status] or 0) + 1
 end
