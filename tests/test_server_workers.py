@@ -144,8 +144,8 @@ def test_worker_with_a_blocked_event_loop_is_replaced(tmp_path: Path, loop: str)
     """Rule: with ``--workers 2 --timeout-worker-healthcheck 2``, a worker whose event loop is
     blocked (``time.sleep(60)`` in an ``async def``) is found out by its missing heartbeats,
     terminated (then killed: the blocked loop never runs the SIGTERM handler) and replaced:
-    within a few seconds a new worker pid answers, the blocked worker is gone, its connection
-    closed, the supervisor's warning names its pid, and the other worker was left alone.
+    the supervisor's warning names its pid within a few seconds, a new worker pid answers,
+    the blocked worker is gone, its connection closed, and the other worker was left alone.
     Seen failing before the health check: the blocked worker was still alive, its request
     hanging, after 10 s (no new pid ever answered)."""
     events = tmp_path / "events.log"
@@ -176,14 +176,20 @@ def test_worker_with_a_blocked_event_loop_is_replaced(tmp_path: Path, loop: str)
                     return None
                 return pid if pid not in pids else None
 
-            replacement = poll(new_worker, timeout=10, interval=0.05, what="a new worker")
-            replaced_after = time.monotonic() - blocked_at
+            warning = f"Worker [{blocked}] failed its health check"
+            poll(lambda: warning in server.stderr, timeout=10, interval=0.05, what="the warning")
+            warned_after = time.monotonic() - blocked_at
+            # Not timed: until the blocked worker is killed (a health-check timeout after its
+            # SIGTERM) its tokio thread still accepts, and each request it takes costs this
+            # probe its 2 s timeout; CI once saw the first answer from the new pid at 6.2 s.
+            replacement = poll(new_worker, timeout=15, interval=0.05, what="a new worker")
             poll(lambda: not pid_alive(blocked), timeout=5, what=f"worker {blocked} to go")
             assert blocked_conn.wait_closed(5), "the blocked worker's connection stayed open"
         for _ in range(10):
             assert serving_pid(server)["pid"] in (pids - {blocked}) | {replacement}
-    assert replaced_after < 6, f"a new worker answered {replaced_after:.1f}s after the block"
-    assert f"Worker [{blocked}] failed its health check" in server.stderr, server.describe()
+    # 2 s of silence, counted from the last beat (up to 0.5 s before the block), plus the
+    # supervisor's 0.1 s tick: about 2.1 s at most; 4 s leaves room for a loaded machine.
+    assert warned_after < 4, f"the blocked worker was found out {warned_after:.1f}s after the block"
     healthy = (pids - {blocked}).pop()
     assert f"Worker [{healthy}]" not in server.stderr, server.describe()
 
