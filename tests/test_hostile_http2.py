@@ -23,6 +23,9 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+import h2.config
+import h2.connection
+import h2.events
 import hpack
 import pytest
 from serverutil import ServerProcess, fetch_record, is_clean_exit, rss_bytes, running_server
@@ -671,14 +674,106 @@ def test_silent_http2_peer_is_pinged_then_closed() -> None:
     answer within as long again, its connection is closed (GOAWAY NO_ERROR, then close): a
     client gone without a FIN (a NAT that forgot it, a machine switched off) must not keep
     its connection slot for ever. Seen failing before the PINGs: the connection stayed open.
-    (A live client that answers the PINGs stays connected however long it is idle: hyper's
-    HTTP/2 has no idle timeout; see the stop notes.)"""
+    (A live client that answers the PINGs is closed by the idle timeout: the next tests.)"""
     with running_server(APP, "--timeout-keep-alive", "1") as srv:
         with H2Raw(srv) as conn:
             conn.send(get(1, "/ok"))
             got = conn.read(2.5)
         assert got.statuses.get(1) == "200", got.describe()
         assert got.closed and got.goaway() == 0, got.describe()
+
+
+def live_idle_client(srv: ServerProcess, path: str, seconds: float) -> list[tuple[float, object]]:
+    """One GET on h2c with the ``h2`` library, which answers the server's PINGs as a live
+    client does, then nothing else for ``seconds``: the events that came, each with its time
+    since the request, ending in ``"closed"`` if the server closed the connection."""
+    assert srv.port is not None
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    fields = [(":method", "GET"), (":scheme", "http"), (":authority", "x"), (":path", path)]
+    conn.send_headers(1, fields, end_stream=True)
+    events: list[tuple[float, object]] = []
+    with socket.create_connection(("127.0.0.1", srv.port), TIMEOUT) as sock:
+        sock.sendall(conn.data_to_send())
+        start = time.monotonic()
+        deadline = start + seconds
+        terminated, pending = False, b""
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            try:
+                data = sock.recv(65536)
+            except TimeoutError:
+                break
+            except OSError:
+                data = b""
+            now = time.monotonic() - start
+            if not data:
+                events.append((now, "closed"))
+                break
+            pending += data
+            # Frame by frame: after the first GOAWAY the h2 library refuses the PING of a
+            # graceful shutdown, which is then answered by hand, as a client would.
+            while len(pending) >= 9 and len(pending) >= 9 + int.from_bytes(pending[:3], "big"):
+                size = 9 + int.from_bytes(pending[:3], "big")
+                raw, pending = pending[:size], pending[size:]
+                if terminated:
+                    if raw[3] == PING and not raw[4] & ACK:
+                        sock.sendall(frame(PING, ACK, 0, raw[9:]))
+                    continue
+                for event in conn.receive_data(raw):
+                    events.append((now, event))
+                    if isinstance(event, h2.events.DataReceived):
+                        length = event.flow_controlled_length
+                        conn.acknowledge_received_data(length, event.stream_id)
+                    terminated |= isinstance(event, h2.events.ConnectionTerminated)
+                sock.sendall(conn.data_to_send())  # PING ACKs and window updates
+    return events
+
+
+def when(events: list[tuple[float, object]], kind: type | str) -> float | None:
+    """The time of the first event of ``kind`` (a class, or ``"closed"``), or None."""
+    for at, event in events:
+        if event == kind if isinstance(kind, str) else isinstance(event, kind):
+            return at
+    return None
+
+
+def test_live_idle_http2_client_is_sent_goaway_then_closed() -> None:
+    """Rule: an HTTP/2 client that answers PINGs but opens no stream for --timeout-keep-alive
+    (1 s) is sent GOAWAY (NO_ERROR) and its connection closed, as an idle HTTP/1.1 connection
+    is: live idle clients must not hold connection slots for ever. Seen failing
+    before the idle timeout: no GOAWAY within 6 s, the PINGs answered and the connection open
+    (hyper's HTTP/2 server has no idle timeout)."""
+    with running_server(APP, "--timeout-keep-alive", "1") as srv:
+        events = live_idle_client(srv, "/ok", 6.0)
+    described = "\n".join(f"{at:.2f} {event}" for at, event in events)
+    answered = when(events, h2.events.StreamEnded)
+    goaway = when(events, h2.events.ConnectionTerminated)
+    assert answered is not None and answered < 1, described
+    assert goaway is not None and 0.9 < goaway < 3, described
+    terminated = next(e for _, e in events if isinstance(e, h2.events.ConnectionTerminated))
+    assert terminated.error_code == 0, described
+    assert when(events, "closed") is not None, described
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/sleep?secs=2.5", "/stream?chunks=4&every=0.8"],
+    ids=["waiting-for-the-app", "streaming-the-body"],
+)
+def test_http2_stream_in_progress_is_not_idle(path: str) -> None:
+    """Rule: a stream in progress keeps its HTTP/2 connection from the idle timeout (1 s), both
+    while the app has not answered (2.5 s) and while it streams the body (four chunks 0.8 s
+    apart): no GOAWAY before the stream ends, then one about 1 s after. Seen failing with the
+    stream's count dropped once the response head was out: GOAWAY 2 s into the streamed body
+    (harmless to that stream, which still ends, but a client must open a new connection)."""
+    with running_server(APP, "--timeout-keep-alive", "1") as srv:
+        events = live_idle_client(srv, path, 8.0)
+    described = "\n".join(f"{at:.2f} {event}" for at, event in events)
+    ended = when(events, h2.events.StreamEnded)
+    goaway = when(events, h2.events.ConnectionTerminated)
+    assert ended is not None and ended > 2.3, described
+    assert goaway is not None and ended < goaway < ended + 3, described
 
 
 def test_silent_http2_peers_cannot_exhaust_max_connections() -> None:

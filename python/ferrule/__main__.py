@@ -122,7 +122,13 @@ def parser() -> argparse.ArgumentParser:
         "of the scope alone, else asgi3; default)",
     )
     p.add_argument("--root-path", default="", help="the ASGI root_path of the app")
-    p.add_argument("--timeout-keep-alive", type=float, default=5.0)
+    p.add_argument(
+        "--timeout-keep-alive",
+        type=float,
+        default=5.0,
+        help="close a connection idle this many seconds: HTTP/1.1 between requests, HTTP/2 "
+        "with no stream in progress (GOAWAY); a silent HTTP/2 peer is PINGed (default 5)",
+    )
     p.add_argument("--timeout-graceful-shutdown", type=float, default=None)
     p.add_argument("--limit-concurrency", type=int, default=None)
     p.add_argument(

@@ -13,7 +13,8 @@ Endpoints (paths starting with ``/_`` are not recorded in ``/_seen``):
 - ``/count-body?key=K``: reads the body, storing the running total after every message (so a
   test sees how far the app got even if the server cut it off).
 - ``/read-until-disconnect?key=K``: receives until a non-``http.request`` message, never answers.
-- ``/stream?key=K``: streams 16 KiB chunks (at most ~10 s) until ``send()`` raises.
+- ``/stream?key=K[&chunks=N&every=S]``: streams N (2000) chunks of 16 KiB, S (0.005) s apart,
+  until ``send()`` raises.
 - ``/sleep?secs=S&key=K``: sleeps, then answers (on entry ``K-started`` is stored and the
   event ``sleep-started K`` logged to ``FERRULE_TEST_EVENTS``).
 - ``/maybe-raise?i=N``: raises when ``N`` is a multiple of 10, else answers ``N``.
@@ -135,10 +136,10 @@ async def dispatch(
             RECORDS[key + "-started"] = True
         sent = 0
         try:
-            for _ in range(2000):
+            for _ in range(int(params.get("chunks", "2000"))):
                 await send({"type": "http.response.body", "body": b"s" * 16384, "more_body": True})
                 sent += 1
-                await asyncio.sleep(0.005)
+                await asyncio.sleep(float(params.get("every", "0.005")))
         except Exception as exc:
             if key:
                 RECORDS[key] = {"error": type(exc).__name__, "chunks": sent}

@@ -50,6 +50,8 @@ pub struct HeadLog {
     heads: Mutex<VecDeque<RawHead>>,
     /// A first request arrived: a whole HTTP/1 head, or the HTTP/2 preface.
     first_request: AtomicBool,
+    /// The client sent the HTTP/2 preface.
+    http2: AtomicBool,
 }
 
 impl HeadLog {
@@ -62,6 +64,11 @@ impl HeadLog {
     /// then nothing in hyper times the connection out while it tells HTTP/1 from HTTP/2.
     pub fn first_request_seen(&self) -> bool {
         self.first_request.load(Ordering::Acquire)
+    }
+
+    /// Whether the connection speaks HTTP/2 (known once the client's first bytes are in).
+    pub fn http2(&self) -> bool {
+        self.http2.load(Ordering::Acquire)
     }
 
     fn push(&self, head: RawHead) {
@@ -182,6 +189,7 @@ impl Recorder {
         }
         if self.pending.starts_with(HTTP2_PREFACE) {
             self.refused = self.refuse_http2;
+            self.log.http2.store(true, Ordering::Release);
             self.log.first_request.store(true, Ordering::Release);
             self.stop(); // HTTP/2: hyper's HeaderMap is all there is
             return &[];

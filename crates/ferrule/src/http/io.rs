@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use crate::bridge::{NativeFuture, ResumeVia};
 
 use super::serve::ServerShared;
+use super::types::OpenStream;
 
 pyo3::create_exception!(
     ferrule,
@@ -840,11 +841,20 @@ pub struct StreamBody {
     /// drops a body as soon as the declared length is out, which is not the client leaving.
     declared: Option<u64>,
     sent: u64,
+    /// An HTTP/2 stream counts as in progress until its body ends (`OpenStreams`).
+    open_stream: Option<OpenStream>,
 }
 
 impl ResponseBody {
     pub fn full(body: Bytes) -> Self {
         ResponseBody::Full(Some(body))
+    }
+
+    /// Keeps `open_stream` until a streamed body ends (a whole one is out at once).
+    pub fn hold(&mut self, open_stream: OpenStream) {
+        if let ResponseBody::Stream(stream) = self {
+            stream.open_stream = Some(open_stream);
+        }
     }
 
     fn stream(rx: mpsc::Receiver<Bytes>, exchange: Arc<Exchange>, declared: Option<u64>) -> Self {
@@ -856,6 +866,7 @@ impl ResponseBody {
             ended: false,
             declared,
             sent: 0,
+            open_stream: None,
         })
     }
 }

@@ -7,6 +7,7 @@ use std::os::fd::RawFd;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
@@ -14,7 +15,6 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
@@ -25,13 +25,13 @@ use crate::bridge::{self, trace, Bridge, Completion, NativeFuture, RequestContex
 use crate::ws;
 
 use super::callbacks::{on_app_done, AccessInfo};
-use super::heads::{RawHead, Recorder, RecordingIo};
+use super::heads::{HeadLog, RawHead, Recorder, RecordingIo};
 use super::io::{
     closing_response, plain_response, server_response, Exchange, Receive, ResponseBody, Send,
 };
 use super::proxy::{Forwarded, TrustedProxies};
 use super::tls::{self, ClientCerts};
-use super::types::{build_scope, ConnInfo, ScopeTemplate};
+use super::types::{build_scope, ConnInfo, OpenStreams, ScopeTemplate};
 
 /// What every connection and request of one server shares.
 pub struct ServerShared {
@@ -436,7 +436,9 @@ async fn accept_loop(
     shared: Arc<ServerShared>,
     mut stop: watch::Receiver<Option<Option<Duration>>>,
 ) {
-    let graceful = GracefulShutdown::new();
+    // Each connection holds a receiver until it ends: told `true`, it finishes gracefully,
+    // and once every receiver is gone every connection has ended.
+    let (stopping, _) = watch::channel(false);
     let (abort_tx, abort_rx) = watch::channel(false);
     let builder = Arc::new(connection_builder(&shared));
     let permits = Arc::new(Semaphore::new(shared.max_connections));
@@ -459,7 +461,7 @@ async fn accept_loop(
             Arc::new(conn),
             shared.clone(),
             builder.clone(),
-            graceful.watcher(),
+            stopping.subscribe(),
         );
         let mut abort = abort_rx.clone();
         tokio::spawn(async move {
@@ -474,7 +476,8 @@ async fn accept_loop(
     let timeout = stop.borrow().flatten();
     let mut ws_sessions = shared.ws_sessions.subscribe();
     let drain = async {
-        graceful.shutdown().await;
+        stopping.send_replace(true);
+        stopping.closed().await;
         // Each session has been sent 1012; its app returns once it hears the disconnect.
         let _ = ws_sessions.wait_for(|open| *open == 0).await;
     };
@@ -513,8 +516,8 @@ fn connection_builder(shared: &ServerShared) -> auto::Builder<TokioExecutor> {
         .max_header_list_size(u32::try_from(shared.max_head_size).unwrap_or(u32::MAX))
         // A peer silent for the keep-alive timeout is PINGed, and dropped if it does not answer
         // within as long again: a client gone without a FIN (a NAT that forgot it, a machine
-        // switched off) would otherwise keep its connection slot for ever. hyper's HTTP/2 has
-        // no idle timeout, so a live client that answers PINGs stays connected.
+        // switched off) would otherwise keep its connection slot for ever. A live client that
+        // answers PINGs but opens no stream is sent GOAWAY after as long (`FinishWhen`).
         .keep_alive_interval(shared.header_read_timeout())
         .keep_alive_timeout(shared.header_read_timeout())
         .auto_date_header(shared.date_header);
@@ -534,7 +537,7 @@ async fn serve_connection(
     conn: Arc<ConnInfo>,
     shared: Arc<ServerShared>,
     builder: Arc<auto::Builder<TokioExecutor>>,
-    watcher: hyper_util::server::graceful::Watcher,
+    stopping: watch::Receiver<bool>,
 ) {
     let stream: Box<dyn IoStream> = match &shared.tls {
         None => stream,
@@ -553,16 +556,25 @@ async fn serve_connection(
     }
     let io = TokioIo::new(RecordingIo::new(stream, recorder));
     let heads = conn.heads.clone();
+    let streams = conn.streams.clone();
     let first_request_timeout = shared.header_read_timeout();
     let versions = shared.versions;
     let service = service_fn(move |request| handle(request, conn.clone(), shared.clone()));
+    let finish_when = FinishWhen {
+        stopping,
+        heads: heads.clone(),
+        streams,
+        idle_timeout: first_request_timeout,
+    };
     type BoxError = Box<dyn std::error::Error + std::marker::Send + Sync>;
     type Serving<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + std::marker::Send + 'a>>;
     let serving: Serving<'_> = if versions.h1 {
-        Box::pin(watcher.watch(builder.serve_connection_with_upgrades(io, service)))
+        let connection = builder.serve_connection_with_upgrades(io, service);
+        Box::pin(finish_when.drive(connection, |c| c.graceful_shutdown()))
     } else {
         // WebSockets are HTTP/1.1 upgrades: none to allow on HTTP/2 alone.
-        Box::pin(watcher.watch(builder.serve_connection(io, service)))
+        let connection = builder.serve_connection(io, service);
+        Box::pin(finish_when.drive(connection, |c| c.graceful_shutdown()))
     };
     tokio::pin!(serving);
     // hyper times out slow heads only once it knows the protocol, which takes the client's
@@ -576,6 +588,52 @@ async fn serve_connection(
         }
     }
     let _ = serving.await;
+}
+
+/// When a connection is asked to finish (hyper's `graceful_shutdown`: requests in progress are
+/// answered, then HTTP/1.1 closes and HTTP/2 says GOAWAY): when the server stops, or when an
+/// HTTP/2 connection has had no stream in progress for the keep-alive timeout, as an HTTP/1.1
+/// connection is closed between requests.
+struct FinishWhen {
+    /// Held until the connection ends: the server's drain waits for every receiver to go.
+    stopping: watch::Receiver<bool>,
+    heads: Arc<HeadLog>,
+    streams: Arc<OpenStreams>,
+    idle_timeout: Duration,
+}
+
+impl FinishWhen {
+    async fn drive<C: Future>(
+        mut self,
+        connection: C,
+        graceful_shutdown: impl FnOnce(Pin<&mut C>),
+    ) -> C::Output {
+        tokio::pin!(connection);
+        let idle = async {
+            // Pending until the client's preface has said HTTP/2 (HTTP/1.1 has hyper's own
+            // timeout between requests). No wake-up of its own is needed: the preface is read
+            // while the connection is polled, in this task, just before this is polled again;
+            // and an atomic load is all an HTTP/1.1 connection pays for it.
+            std::future::poll_fn(|_| {
+                if self.heads.http2() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+            self.streams.idle_for(self.idle_timeout).await;
+        };
+        tokio::select! {
+            biased;
+            output = &mut connection => return output,
+            // An error is the server gone without draining: finish all the same.
+            _ = self.stopping.wait_for(|stop| *stop) => {}
+            () = idle => {}
+        }
+        graceful_shutdown(connection.as_mut());
+        connection.await
+    }
 }
 
 /// The smallest request head limit: hyper's read buffer (twice the limit) cannot be smaller
@@ -641,6 +699,8 @@ async fn handle(
     let received = shared.bridge.trace.mark();
     // Taken first, whatever happens to the request, to stay in step with hyper's order.
     let raw_head = conn.heads.take();
+    // Until the response's last byte: a streamed body takes it over below.
+    let open_stream = (request.version() == http::Version::HTTP_2).then(|| conn.streams.open());
     shared.count_request();
     let previous = shared.in_flight.fetch_add(1, Ordering::AcqRel);
     if shared
@@ -707,10 +767,13 @@ async fn handle(
             begin(py);
         });
     }
-    let response = head_rx
+    let mut response = head_rx
         .await
         .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &shared));
     guard.0 = None;
+    if let Some(open_stream) = open_stream {
+        response.body_mut().hold(open_stream);
+    }
     Ok(response)
 }
 

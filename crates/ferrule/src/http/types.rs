@@ -1,6 +1,8 @@
-//! Building the ASGI `http` scope from a parsed request (ASGI HTTP spec 2.4).
+//! A connection's own state (`ConnInfo`, `OpenStreams`), and the ASGI `http` scope built from
+//! a parsed request (ASGI HTTP spec 2.4).
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use http::request::Parts;
 use http::Version;
@@ -8,6 +10,7 @@ use percent_encoding::percent_decode;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use tokio::sync::watch;
 
 use super::heads::{HeadLog, RawHead};
 use super::proxy::Forwarded;
@@ -21,6 +24,8 @@ pub struct ConnInfo {
     pub heads: Arc<HeadLog>,
     /// Whether the connection is TLS (scheme "https").
     pub tls: bool,
+    /// Its HTTP/2 streams in progress, for the idle timeout.
+    pub streams: Arc<OpenStreams>,
     /// The tuples above as Python objects, made on the connection's first request.
     python: OnceLock<(Py<PyAny>, Py<PyAny>)>,
 }
@@ -32,6 +37,7 @@ impl ConnInfo {
             server,
             heads: Arc::default(),
             tls: false,
+            streams: Arc::default(),
             python: OnceLock::new(),
         }
     }
@@ -235,5 +241,45 @@ fn method_name<'py>(py: Python<'py>, method: &http::Method) -> Bound<'py, PyStri
         http::Method::PATCH => intern!(py, "PATCH").clone(),
         http::Method::OPTIONS => intern!(py, "OPTIONS").clone(),
         _ => PyString::new(py, method.as_str()),
+    }
+}
+
+/// The HTTP/2 streams in progress on one connection: a request from its head until its
+/// response's last byte is handed to hyper. hyper's HTTP/2 server has no idle timeout, and a
+/// client that answers its PINGs would otherwise hold the connection for ever.
+pub struct OpenStreams(watch::Sender<usize>);
+
+impl Default for OpenStreams {
+    fn default() -> Self {
+        Self(watch::Sender::new(0))
+    }
+}
+
+impl OpenStreams {
+    /// Counts a stream as open until the returned guard is dropped.
+    pub fn open(self: &Arc<Self>) -> OpenStream {
+        self.0.send_modify(|open| *open += 1);
+        OpenStream(self.clone())
+    }
+
+    /// Returns once no stream has been open for `timeout`.
+    pub async fn idle_for(&self, timeout: Duration) {
+        let mut open = self.0.subscribe();
+        loop {
+            // The sender lives in `self`, borrowed here: neither wait can fail.
+            let _ = open.wait_for(|open| *open == 0).await;
+            if tokio::time::timeout(timeout, open.changed()).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// One stream in progress (see [`OpenStreams`]).
+pub struct OpenStream(Arc<OpenStreams>);
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0 .0.send_modify(|open| *open -= 1);
     }
 }
