@@ -400,6 +400,26 @@ def test_scope_scheme_is_ws(seen: SeenScope) -> None:
     assert seen.scope["scheme"] == "ws"
 
 
+@pytest.mark.parametrize(("proto", "scheme"), [("https", "wss"), ("http", "ws"), ("wss", "wss")])
+def test_scope_scheme_and_client_behind_a_trusted_proxy(
+    server: ServerProcess, proto: str, scheme: str
+) -> None:
+    """Rule: from a trusted proxy (the default trusts 127.0.0.1), ``X-Forwarded-Proto`` sets the
+    WebSocket scope's scheme as its ws/wss counterpart and ``X-Forwarded-For`` its client, as
+    uvicorn's proxy headers do. Broken: "https" in a websocket scope, or the proxy's own address
+    as the client. Seen failing with the mapping to ws/wss removed from ``websocket_scope``:
+    scheme "https"."""
+
+    async def fetch() -> dict[str, Any]:
+        headers = [("X-Forwarded-Proto", proto), ("X-Forwarded-For", "203.0.113.9")]
+        async with ws_connect(server, "/scope", additional_headers=headers) as ws:
+            return ast.literal_eval(str(await recv(ws)))["scope"]
+
+    scope = run(fetch())
+    assert scope["scheme"] == scheme, scope
+    assert scope["client"][0] == "203.0.113.9", scope
+
+
 def test_scope_path_raw_path_query(seen: SeenScope) -> None:
     """Rule: path is percent-decoded UTF-8 str, raw_path the undecoded bytes without the
     query, query_string the raw bytes after "?", root_path "" by default. Broken: path not

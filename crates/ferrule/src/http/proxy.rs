@@ -145,7 +145,8 @@ impl TrustedProxies {
     /// The scheme and client a trusted `peer` forwarded, if any. The last `X-Forwarded-Proto`
     /// line counts; the `X-Forwarded-For` lines are one list, in which the nearest untrusted
     /// hop is the client (the first one when every hop is trusted). An empty hop is no client.
-    pub fn forwarded(&self, peer: Option<&str>, headers: &HeaderMap, websocket: bool) -> Forwarded {
+    /// (A WebSocket scope maps the scheme to ws/wss itself: `ws::serve::websocket_scope`.)
+    pub fn forwarded(&self, peer: Option<&str>, headers: &HeaderMap) -> Forwarded {
         let mut found = Forwarded::default();
         if !self.trusts(peer) {
             return found;
@@ -156,8 +157,6 @@ impl TrustedProxies {
                 .to_ascii_lowercase()
                 .as_str()
             {
-                "http" | "ws" if websocket => Some("ws"),
-                "https" | "wss" if websocket => Some("wss"),
                 "http" => Some("http"),
                 "https" => Some("https"),
                 "ws" => Some("ws"),
@@ -244,51 +243,42 @@ mod tests {
         ]);
         let none = Forwarded::default();
         assert_eq!(
-            trusted(&["10.0.0.1"]).forwarded(Some("127.0.0.1"), &h, false),
+            trusted(&["10.0.0.1"]).forwarded(Some("127.0.0.1"), &h),
             none
         );
         assert_eq!(
-            TrustedProxies::new(None).forwarded(Some("1.1.1.1"), &h, false),
+            TrustedProxies::new(None).forwarded(Some("1.1.1.1"), &h),
             none
         );
-        assert_eq!(trusted(&["127.0.0.1"]).forwarded(None, &h, false), none);
+        assert_eq!(trusted(&["127.0.0.1"]).forwarded(None, &h), none);
     }
 
     #[test]
     fn nearest_untrusted_hop_is_the_client() {
         let h = headers(&[("x-forwarded-for", "203.0.113.7, 10.0.0.2 ,127.0.0.1")]);
         let proxies = trusted(&["127.0.0.1", "10.0.0.2"]);
-        let got = proxies.forwarded(Some("127.0.0.1"), &h, false);
+        let got = proxies.forwarded(Some("127.0.0.1"), &h);
         assert_eq!(got.client, Some(("203.0.113.7".to_owned(), 0)));
-        let all = trusted(&["*"]).forwarded(Some("9.9.9.9"), &h, false);
+        let all = trusted(&["*"]).forwarded(Some("9.9.9.9"), &h);
         assert_eq!(all.client, Some(("203.0.113.7".to_owned(), 0)));
     }
 
     #[test]
-    fn scheme_is_checked_and_follows_the_protocol() {
+    fn scheme_is_checked_and_the_last_line_wins() {
         let proxies = trusted(&["127.0.0.1"]);
         let https = headers(&[("x-forwarded-proto", " HTTPS ")]);
         assert_eq!(
-            proxies.forwarded(Some("127.0.0.1"), &https, false).scheme,
+            proxies.forwarded(Some("127.0.0.1"), &https).scheme,
             Some("https")
         );
-        assert_eq!(
-            proxies.forwarded(Some("127.0.0.1"), &https, true).scheme,
-            Some("wss")
-        );
         let bogus = headers(&[("x-forwarded-proto", "gopher")]);
-        assert_eq!(
-            proxies.forwarded(Some("127.0.0.1"), &bogus, false).scheme,
-            None
-        );
+        assert_eq!(proxies.forwarded(Some("127.0.0.1"), &bogus).scheme, None);
         let last_wins = headers(&[
             ("x-forwarded-proto", "http"),
             ("x-forwarded-proto", "https"),
         ]);
         assert_eq!(
-            proxies
-                .forwarded(Some("127.0.0.1"), &last_wins, false)
-                .scheme,
+            proxies.forwarded(Some("127.0.0.1"), &last_wins).scheme,
             Some("https")
         );
     }
@@ -317,16 +307,13 @@ mod tests {
             ("x-forwarded-for", "10.0.0.2"),
         ]);
         let proxies = trusted(&["127.0.0.1", "10.0.0.0/8"]);
-        let got = proxies.forwarded(Some("127.0.0.1"), &h, false);
+        let got = proxies.forwarded(Some("127.0.0.1"), &h);
         assert_eq!(got.client, Some(("203.0.113.7".to_owned(), 4711)));
         let v6 = headers(&[("x-forwarded-for", "[2001:db8::7]:8080")]);
-        let got = proxies.forwarded(Some("127.0.0.1"), &v6, false);
+        let got = proxies.forwarded(Some("127.0.0.1"), &v6);
         assert_eq!(got.client, Some(("2001:db8::7".to_owned(), 8080)));
         let empty = headers(&[("x-forwarded-for", "")]);
-        assert_eq!(
-            proxies.forwarded(Some("127.0.0.1"), &empty, false).client,
-            None
-        );
+        assert_eq!(proxies.forwarded(Some("127.0.0.1"), &empty).client, None);
         assert_eq!(host_and_port("::1"), ("::1", 0));
         assert_eq!(host_and_port("[::1"), ("[::1", 0));
         assert_eq!(host_and_port("1.2.3.4:x"), ("1.2.3.4:x", 0));

@@ -74,7 +74,7 @@ impl ConnInfo {
     /// What a trusted proxy's headers say of this request (nothing when the peer is none).
     pub fn forwarded(&self, headers: &http::HeaderMap, server: &ServerShared) -> Forwarded {
         let peer = self.client.as_ref().map(|(host, _)| host.as_str());
-        server.proxies.forwarded(peer, headers, false)
+        server.proxies.forwarded(peer, headers)
     }
 
     /// `host:port` of the client for the access log: the forwarded one if any, as uvicorn
