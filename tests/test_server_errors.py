@@ -46,9 +46,11 @@ def test_exception_before_start_gives_500_and_traceback(server: ServerProcess) -
 
 def test_exception_after_start_closes_connection(server: ServerProcess) -> None:
     """Rule: an exception after the response started (a chunked body under way) closes the
-    connection without the terminating chunk, and is logged. Broken: the response is completed
-    as if nothing happened (ends with the 0-chunk), the connection hangs open (no EOF within
-    5 s), or the exception is not in the log."""
+    connection without the terminating chunk, and is logged; what the app sent before reaches
+    the client (the head and the chunk "partial"), as under uvicorn. Broken: the response is
+    completed as if nothing happened (ends with the 0-chunk), the connection hangs open (no EOF
+    within 5 s), or the exception is not in the log. Seen failing before hyper was given a
+    flush ahead of the body error: the client got 0 bytes, then the close."""
     tok = token()
     with server.raw() as conn:
         conn.send(request_bytes("GET", f"/raise-after?token={tok}"))
@@ -57,8 +59,31 @@ def test_exception_after_start_closes_connection(server: ServerProcess) -> None:
         except IncompleteResponse as exc:
             raise AssertionError("the connection was left open after the app failed") from exc
     data = conn.received
-    assert not (data.startswith(b"HTTP/1.1 200") and data.endswith(b"0\r\n\r\n")), data[-200:]
+    assert data.startswith(b"HTTP/1.1 200") and b"\r\n\r\n7\r\npartial\r\n" in data, data
+    assert not data.endswith(b"0\r\n\r\n"), data[-200:]
     server.wait_for_output(rf"failure after start {tok}", timeout=5)
+    still_serving(server)
+
+
+def test_return_mid_body_sends_what_was_sent_then_closes(server: ServerProcess) -> None:
+    """Rule: an app that returns after a ``more_body`` chunk, never ending its body: the client
+    gets the head and that chunk, then the connection closes without the terminating chunk
+    (the response is incomplete, and says so), and the log says "ASGI callable returned
+    without completing response.", as uvicorn's does. Broken: 0 bytes then the close (the
+    client cannot even see the status), or the body ended as if whole. Seen failing before
+    hyper was given a flush ahead of the body error: 0 bytes."""
+    log_before = len(server.stderr)
+    with server.raw() as conn:
+        conn.send(request_bytes("GET", "/return-after"))
+        try:
+            conn.read_until_close(timeout=5)
+        except IncompleteResponse as exc:
+            raise AssertionError("the connection was left open") from exc
+    data = conn.received
+    assert data.startswith(b"HTTP/1.1 200") and b"\r\n\r\n7\r\npartial\r\n" in data, data
+    assert not data.endswith(b"0\r\n\r\n"), data[-200:]
+    server.wait_for_output("ASGI callable returned without completing response.", timeout=5)
+    assert server.stderr.count("returned without completing", log_before) == 1
     still_serving(server)
 
 

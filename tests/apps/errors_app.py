@@ -28,6 +28,10 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b"0123456789", "more_body": True})
         raise RuntimeError(f"failure after start {params['token']}")
+    elif path == "/return-after":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"partial", "more_body": True})
+        return
     elif path == "/no-response":
         return
     elif path == "/bad-header":

@@ -843,6 +843,8 @@ pub struct StreamBody {
     sent: u64,
     /// An HTTP/2 stream counts as in progress until its body ends (`OpenStreams`).
     open_stream: Option<OpenStream>,
+    /// The app failed mid-body and hyper was given a chance to flush first (`poll_frame`).
+    flushed_before_abort: bool,
 }
 
 impl ResponseBody {
@@ -867,6 +869,7 @@ impl ResponseBody {
             declared,
             sent: 0,
             open_stream: None,
+            flushed_before_abort: false,
         })
     }
 }
@@ -910,12 +913,20 @@ impl Body for ResponseBody {
                     if let Some(trailers) = trailers {
                         return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
                     }
-                    stream.ended = true;
-                    if stream.aborted.load(Ordering::Acquire) {
-                        Poll::Ready(Some(Err(ResponseAborted)))
-                    } else {
-                        Poll::Ready(None)
+                    if !stream.aborted.load(Ordering::Acquire) {
+                        stream.ended = true;
+                        return Poll::Ready(None);
                     }
+                    if !stream.flushed_before_abort {
+                        // hyper drops the connection at a body error without flushing what
+                        // it holds, which may be the head and every chunk: once more round
+                        // its loop (it flushes when the body is pending), then the error.
+                        stream.flushed_before_abort = true;
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                    stream.ended = true;
+                    Poll::Ready(Some(Err(ResponseAborted)))
                 }
                 Poll::Pending => Poll::Pending,
             },
