@@ -386,6 +386,27 @@ def test_http10_keep_alive_is_honoured(hostile: ServerProcess) -> None:
     assert (first.status, first.body, second.status, second.body) == (200, b"ok", 200, b"ok")
 
 
+def test_http10_keep_alive_with_a_streamed_body_says_it_closes(hostile: ServerProcess) -> None:
+    """Rule: to an HTTP/1.0 ``Connection: keep-alive`` request, a streamed response without a
+    Content-Length can only end at the close (HTTP/1.0 has no chunked coding), so it must not
+    say ``Connection: keep-alive`` (RFC 9112 9.3): the body is every byte until the close.
+    Broken: a keep-alive header on a response whose end is the close (a client that believes
+    it waits for a length that never comes, or reuses a dead connection). Seen failing before
+    the fix: ``connection: keep-alive``, then the body and the close."""
+    ask = request_bytes(
+        "GET",
+        "/stream?chunks=2&every=0",
+        version="HTTP/1.0",
+        headers=[("Connection", "keep-alive")],
+    )
+    received = exchange(hostile, ask)
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200"), received[:300]
+    assert b"keep-alive" not in head.lower(), head
+    assert b"transfer-encoding" not in head.lower(), head
+    assert body == b"s" * 2 * 16384, (len(body), body[:40])
+
+
 def test_chunk_extensions_and_trailers_accepted(hostile: ServerProcess) -> None:
     """Rule: chunk extensions (``5;name=value``, quoted values) and a trailer section after
     the last chunk are valid chunked framing (RFC 9112 7.1.1, 7.1.2): the body reaches the app

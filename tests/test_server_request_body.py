@@ -175,8 +175,14 @@ def test_no_100_continue_when_app_never_reads(server: ServerProcess) -> None:
             )
         )
         first = conn.read_response(timeout=3)
+        closed = conn.wait_closed(3)
     assert first.status == 200, first
     assert first.body == b"answered without reading"
+    # The body never came, so the connection cannot go on; the response must say so, or the
+    # client sends its next request on a closed connection. Seen failing before the fix: no
+    # Connection header, and the connection closed all the same.
+    assert (first.header("connection") or "").lower() == "close", first
+    assert closed, "the connection stayed open with the body unread"
 
 
 @pytest.mark.parametrize("size", [10, 300_000])

@@ -109,6 +109,8 @@ impl ExchangeState {
 pub struct Exchange {
     pub server: Arc<ServerShared>,
     head_request: bool,
+    /// The request asked `Expect: 100-continue` before sending its body (see `send_head`).
+    expects_continue: bool,
     state: Mutex<ExchangeState>,
     /// Set when the app failed after streaming began: the body ends in an error, so hyper
     /// closes the connection instead of finishing the response as if it were whole.
@@ -127,11 +129,12 @@ impl Exchange {
         server: Arc<ServerShared>,
         head_tx: oneshot::Sender<Response<ResponseBody>>,
         body: Incoming,
-        head_request: bool,
+        (head_request, expects_continue): (bool, bool),
     ) -> Self {
         Self {
             server,
             head_request,
+            expects_continue,
             state: Mutex::new(ExchangeState {
                 phase: Phase::Waiting,
                 head_tx: Some(head_tx),
@@ -190,6 +193,15 @@ impl Exchange {
         *response.status_mut() = status;
         *response.headers_mut() = headers;
         self.server.add_default_headers(response.headers_mut());
+        if self.expects_continue && matches!(state.body, RequestBody::Unread(_)) {
+            // The app answers without reading the body, so no `100 Continue` went out and the
+            // client may not have sent it: hyper closes the connection, having no way to tell
+            // where the next request starts. Say so, or the client reuses a dead connection
+            // (and a POST is not retried).
+            response
+                .headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
         match state.head_tx.take() {
             Some(head_tx) => head_tx.send(response).err(),
             None => Some(response),
@@ -850,6 +862,11 @@ pub struct StreamBody {
 impl ResponseBody {
     pub fn full(body: Bytes) -> Self {
         ResponseBody::Full(Some(body))
+    }
+
+    /// Whether the body comes from the app in chunks (not all at once).
+    pub fn is_streamed(&self) -> bool {
+        matches!(self, ResponseBody::Stream(_))
     }
 
     /// Keeps `open_stream` until a streamed body ends (a whole one is out at once).

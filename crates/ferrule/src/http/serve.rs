@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
+use http::header::CONTENT_LENGTH;
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -732,11 +733,24 @@ async fn handle(
         }
     }
     let (parts, body) = request.into_parts();
+    let http10 = parts.version == http::Version::HTTP_10;
     let (head_tx, head_rx) = oneshot::channel();
     let head_request = parts.method == http::Method::HEAD;
+    // As hyper decides when to send `100 Continue` (HTTP/1.1, a body to come).
+    let expects_continue = parts.version == http::Version::HTTP_11
+        && !http_body::Body::is_end_stream(&body)
+        && parts
+            .headers
+            .get(http::header::EXPECT)
+            .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     // Here, without the GIL: the scope and the access line both need it.
     let forwarded = conn.forwarded(&parts.headers, &shared);
-    let exchange = Arc::new(Exchange::new(shared.clone(), head_tx, body, head_request));
+    let exchange = Arc::new(Exchange::new(
+        shared.clone(),
+        head_tx,
+        body,
+        (head_request, expects_continue),
+    ));
     // Built only when an access log line will be written: it costs three allocations.
     let access = shared
         .access_logger
@@ -771,6 +785,12 @@ async fn handle(
         .await
         .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &shared));
     guard.0 = None;
+    if http10 && response.body().is_streamed() && !response.headers().contains_key(CONTENT_LENGTH) {
+        // HTTP/1.0 has no chunks: this body ends at the close. Said as HTTP/1.0, the response
+        // closes the connection; said as HTTP/1.1 (hyper's default), hyper would add
+        // `connection: keep-alive` to a keep-alive request's answer and close all the same.
+        *response.version_mut() = http::Version::HTTP_10;
+    }
     if let Some(open_stream) = open_stream {
         response.body_mut().hold(open_stream);
     }
