@@ -1,6 +1,9 @@
 //! The extension module `ferrule._ferrule`: registers the core's classes, nothing more.
 use pyo3::prelude::*;
 
+/// The Rust side's allocations (hyper's buffers, tokio's tasks, the bridge's jobs): glibc's
+/// malloc and free were 7% of a request's instructions, mimalloc's are about a third of that.
+/// It costs about 7 MB more resident memory per worker, flat under load (`benches/soak.py`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
