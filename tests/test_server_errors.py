@@ -30,6 +30,23 @@ def still_serving(server: ServerProcess) -> None:
     assert server.get("/ok").text == "ok", "the server stopped serving after an app error"
 
 
+def received_until_close(server: ServerProcess, target: str) -> bytes:
+    """Everything a GET of ``target`` gets until the server closes (within 5 s)."""
+    with server.raw() as conn:
+        conn.send(request_bytes("GET", target))
+        try:
+            conn.read_until_close(timeout=5)
+        except IncompleteResponse as exc:
+            raise AssertionError("the connection was left open after the app failed") from exc
+    return conn.received
+
+
+def assert_cut_after_partial(data: bytes) -> None:
+    """The head and the chunk "partial" arrived, and no terminating chunk."""
+    assert data.startswith(b"HTTP/1.1 200") and b"\r\n\r\n7\r\npartial\r\n" in data, data
+    assert not data.endswith(b"0\r\n\r\n"), data[-200:]
+
+
 def test_exception_before_start_gives_500_and_traceback(server: ServerProcess) -> None:
     """Rule: an exception before http.response.start gives a 500 and a logged traceback that
     names the exception. Broken: the client hangs or gets a closed connection, or stderr has
@@ -52,15 +69,7 @@ def test_exception_after_start_closes_connection(server: ServerProcess) -> None:
     within 5 s), or the exception is not in the log. Seen failing before hyper was given a
     flush ahead of the body error: the client got 0 bytes, then the close."""
     tok = token()
-    with server.raw() as conn:
-        conn.send(request_bytes("GET", f"/raise-after?token={tok}"))
-        try:
-            conn.read_until_close(timeout=5)
-        except IncompleteResponse as exc:
-            raise AssertionError("the connection was left open after the app failed") from exc
-    data = conn.received
-    assert data.startswith(b"HTTP/1.1 200") and b"\r\n\r\n7\r\npartial\r\n" in data, data
-    assert not data.endswith(b"0\r\n\r\n"), data[-200:]
+    assert_cut_after_partial(received_until_close(server, f"/raise-after?token={tok}"))
     server.wait_for_output(rf"failure after start {tok}", timeout=5)
     still_serving(server)
 
@@ -73,15 +82,7 @@ def test_return_mid_body_sends_what_was_sent_then_closes(server: ServerProcess) 
     client cannot even see the status), or the body ended as if whole. Seen failing before
     hyper was given a flush ahead of the body error: 0 bytes."""
     log_before = len(server.stderr)
-    with server.raw() as conn:
-        conn.send(request_bytes("GET", "/return-after"))
-        try:
-            conn.read_until_close(timeout=5)
-        except IncompleteResponse as exc:
-            raise AssertionError("the connection was left open") from exc
-    data = conn.received
-    assert data.startswith(b"HTTP/1.1 200") and b"\r\n\r\n7\r\npartial\r\n" in data, data
-    assert not data.endswith(b"0\r\n\r\n"), data[-200:]
+    assert_cut_after_partial(received_until_close(server, "/return-after"))
     server.wait_for_output("ASGI callable returned without completing response.", timeout=5)
     assert server.stderr.count("returned without completing", log_before) == 1
     still_serving(server)
@@ -92,15 +93,10 @@ def test_exception_after_start_with_content_length_closes(server: ServerProcess)
     short of 100 bytes. Broken: the server pads the body, or keeps the connection open (a
     client would wait for the 90 missing bytes forever)."""
     tok = token()
-    with server.raw() as conn:
-        conn.send(request_bytes("GET", f"/raise-after-content-length?token={tok}"))
-        try:
-            conn.read_until_close(timeout=5)
-        except IncompleteResponse as exc:
-            raise AssertionError("the connection was left open after the app failed") from exc
-    head, _, body = conn.received.partition(b"\r\n\r\n")
+    received = received_until_close(server, f"/raise-after-content-length?token={tok}")
+    head, _, body = received.partition(b"\r\n\r\n")
     if head.startswith(b"HTTP/1.1 200"):
-        assert len(body) < 100, conn.received[:300]
+        assert len(body) < 100, received[:300]
     server.wait_for_output(rf"failure after start {tok}", timeout=5)
 
 
