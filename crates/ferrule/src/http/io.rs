@@ -125,11 +125,13 @@ pub struct Exchange {
 
 impl Exchange {
     /// `head_request`: a HEAD request, whose response has no body whatever its Content-Length.
+    /// `expects_continue`: it asked `Expect: 100-continue` and has a body to come.
     pub fn new(
         server: Arc<ServerShared>,
         head_tx: oneshot::Sender<Response<ResponseBody>>,
         body: Incoming,
-        (head_request, expects_continue): (bool, bool),
+        head_request: bool,
+        expects_continue: bool,
     ) -> Self {
         Self {
             server,

@@ -26,13 +26,13 @@ use crate::bridge::{self, trace, Bridge, Completion, NativeFuture, RequestContex
 use crate::ws;
 
 use super::callbacks::{on_app_done, AccessInfo};
-use super::heads::{HeadLog, RawHead, Recorder, RecordingIo};
+use super::heads::{RawHead, Recorder, RecordingIo};
 use super::io::{
     closing_response, plain_response, server_response, Exchange, Receive, ResponseBody, Send,
 };
 use super::proxy::{Forwarded, TrustedProxies};
 use super::tls::{self, ClientCerts};
-use super::types::{build_scope, ConnInfo, OpenStreams, ScopeTemplate};
+use super::types::{build_scope, ConnInfo, ScopeTemplate};
 
 /// What every connection and request of one server shares.
 pub struct ServerShared {
@@ -557,16 +557,14 @@ async fn serve_connection(
     }
     let io = TokioIo::new(RecordingIo::new(stream, recorder));
     let heads = conn.heads.clone();
-    let streams = conn.streams.clone();
     let first_request_timeout = shared.header_read_timeout();
     let versions = shared.versions;
-    let service = service_fn(move |request| handle(request, conn.clone(), shared.clone()));
     let finish_when = FinishWhen {
         stopping,
-        heads: heads.clone(),
-        streams,
+        conn: conn.clone(),
         idle_timeout: first_request_timeout,
     };
+    let service = service_fn(move |request| handle(request, conn.clone(), shared.clone()));
     type BoxError = Box<dyn std::error::Error + std::marker::Send + Sync>;
     type Serving<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + std::marker::Send + 'a>>;
     let serving: Serving<'_> = if versions.h1 {
@@ -598,8 +596,7 @@ async fn serve_connection(
 struct FinishWhen {
     /// Held until the connection ends: the server's drain waits for every receiver to go.
     stopping: watch::Receiver<bool>,
-    heads: Arc<HeadLog>,
-    streams: Arc<OpenStreams>,
+    conn: Arc<ConnInfo>,
     idle_timeout: Duration,
 }
 
@@ -616,14 +613,14 @@ impl FinishWhen {
             // while the connection is polled, in this task, just before this is polled again;
             // and an atomic load is all an HTTP/1.1 connection pays for it.
             std::future::poll_fn(|_| {
-                if self.heads.http2() {
+                if self.conn.heads.http2() {
                     Poll::Ready(())
                 } else {
                     Poll::Pending
                 }
             })
             .await;
-            self.streams.idle_for(self.idle_timeout).await;
+            self.conn.streams.idle_for(self.idle_timeout).await;
         };
         tokio::select! {
             biased;
@@ -749,7 +746,8 @@ async fn handle(
         shared.clone(),
         head_tx,
         body,
-        (head_request, expects_continue),
+        head_request,
+        expects_continue,
     ));
     // Built only when an access log line will be written: it costs three allocations.
     let access = shared
