@@ -645,7 +645,8 @@ def test_env_file_is_loaded_before_the_app(tmp_path: Path) -> None:
     env_file = tmp_path / "server.env"
     env_file.write_text("# a comment\nFERRULE_TEST_TOKEN=from-the-env-file\n")
     app = "lifespan_apps:startup_failed"
-    result = run_to_exit(ferrule_command(app, "--lifespan", "on", "--env-file", str(env_file)))
+    args = ["--port", "0", "--lifespan", "on", "--env-file", str(env_file)]
+    result = run_to_exit(ferrule_command(app, *args))
     assert result.returncode == 3, result.describe()
     assert "startup refused from-the-env-file" in result.stderr, result.describe()
     missing = run_to_exit(ferrule_command(app, "--env-file", str(tmp_path / "absent.env")))
@@ -685,7 +686,8 @@ def test_log_config_file_formats_the_server_logs(tmp_path: Path, suffix: str) ->
         }
         config_file.write_text(json.dumps(config))  # JSON is YAML too
     app = "lifespan_apps:startup_failed"
-    result = run_to_exit(ferrule_command(app, "--lifespan", "on", "--log-config", str(config_file)))
+    args = ["--port", "0", "--lifespan", "on", "--log-config", str(config_file)]
+    result = run_to_exit(ferrule_command(app, *args))
     assert result.returncode == 3, result.describe()
     assert re.search(r"^CUSTOM ERROR .*startup refused", result.stderr, re.M), result.describe()
     assert "ERROR:    " not in result.stderr, result.describe()
