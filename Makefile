@@ -35,3 +35,7 @@ format: ## Format Rust and Python sources
 	cargo fmt --all
 	ruff format .
 	ruff check --fix .
+
+.PHONY: docs
+docs: ## Write docs/settings.md from the settings table
+	$(PYTHON) scripts/settings_doc.py

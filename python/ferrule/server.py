@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import signal
 import socket
 from typing import Any
@@ -74,6 +73,20 @@ def run(app: Any, **options: Any) -> int:
                 logger.warning('"workers" flag is ignored when reloading is enabled.')
             return Reloader(config).run()
         return Supervisor(config).run()
+    return serve(config)
+
+
+def serve_worker(config: Config) -> int:
+    """A worker process's life (``ferrule.worker``): the parent's log config and logging, then
+    ``serve`` on the inherited socket."""
+    try:
+        if config.log_config is not None:
+            apply_log_config(config.log_config)
+    except ValueError as exc:
+        configure_logging(config.log_level_number, config.use_colors)
+        logger.error("%s", exc)
+        return STARTUP_FAILURE
+    configure_logging(config.log_level_number, config.use_colors)
     return serve(config)
 
 
@@ -201,9 +214,7 @@ async def _serve(
     program's own loop, told when the server has started and whether to force the exit."""
     global _serving_bridge
     loop = asyncio.get_running_loop()
-    limit_max_requests = config.limit_max_requests
-    if limit_max_requests is not None and config.limit_max_requests_jitter:
-        limit_max_requests += random.randint(0, config.limit_max_requests_jitter)
+    limit_max_requests = config.max_requests
     bridge = _serving_bridge = Bridge(loop, budget=config.budget, trace=config.trace_requests)
     heartbeat: Heartbeat | None = None
     signals: _StopSignals | None = None

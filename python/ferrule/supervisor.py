@@ -1,6 +1,7 @@
 """The parent process of ``--workers N`` (``Supervisor``) and ``--reload`` (``Reloader``): it
-binds the socket once, starts worker processes (``python -m ferrule`` serving the inherited
-socket, each importing the app itself), watches them and stops them."""
+binds the socket once, starts worker processes (``python -m ferrule.worker`` serving the
+inherited socket with the parent's settings, each importing the app itself), watches them
+and stops them."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ferrule.config import KEY_PASSWORD_ENV, STARTUP_FAILURE, Config
+from ferrule.config import STARTUP_FAILURE, Config
 from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
 from ferrule.watch import WatchedFiles, changed_files
+from ferrule.worker import WORKER_ENV, worker_data
 
 logger = logging.getLogger("ferrule.error")
 
@@ -351,20 +353,16 @@ def parent_socket(config: Config) -> tuple[socket.socket, tuple[int, int] | None
 def spawn_worker(
     config: Config, sock: socket.socket, heartbeat_fd: int | None = None
 ) -> subprocess.Popen[bytes]:
-    """A worker process (``python -m ferrule``) serving the inherited ``sock``; it imports the
-    app itself, and beats on ``heartbeat_fd`` when given."""
-    args = worker_arguments(config, sock.fileno())
+    """A worker process (``python -m ferrule.worker``) serving the inherited ``sock`` with the
+    parent's settings; it imports the app itself, and beats on ``heartbeat_fd`` when given."""
     fds = [sock.fileno()]
     if heartbeat_fd is not None:
-        args += ["--heartbeat-fd", str(heartbeat_fd)]
         fds.append(heartbeat_fd)
-    env = None
-    if config.ssl_keyfile_password is not None:
-        # Not on the command line, which any user can read with ps; a process's
-        # environment is readable only by its owner.
-        env = {**os.environ, KEY_PASSWORD_ENV: config.ssl_keyfile_password}
+    # In the environment, not on the command line, which any user can read with ps (the key
+    # password is a setting); a process's environment is readable only by its owner.
+    env = {**os.environ, WORKER_ENV: worker_data(config, sock.fileno(), heartbeat_fd)}
     worker = subprocess.Popen(
-        [sys.executable, "-m", "ferrule", *args],
+        [sys.executable, "-m", "ferrule.worker"],
         pass_fds=fds,
         start_new_session=False,
         env=env,
@@ -387,64 +385,3 @@ def stop_workers(config: Config, workers: Iterable[subprocess.Popen[bytes]]) -> 
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.wait()
-
-
-def worker_arguments(config: Config, fd: int) -> list[str]:
-    """The command line for one worker: the parent's options, serving the inherited socket."""
-    args = [str(config.app), "--fd", str(fd), "--worker", "--workers", "1", "--loop", config.loop]
-    args += ["--lifespan", config.lifespan, "--root-path", config.root_path]
-    args += ["--interface", config.interface]
-    args += ["--timeout-keep-alive", str(config.timeout_keep_alive)]
-    args += ["--timeout-worker-healthcheck", str(config.timeout_worker_healthcheck)]
-    args += ["--backlog", str(config.backlog)]
-    if config.uds:  # what the worker reports; it serves the inherited socket (--fd)
-        args += ["--uds", config.uds]
-    if config.app_dir is not None:
-        args += ["--app-dir", os.path.abspath(config.app_dir)]
-    if config.factory:
-        args.append("--factory")
-    if config.timeout_graceful_shutdown is not None:
-        args += ["--timeout-graceful-shutdown", str(config.timeout_graceful_shutdown)]
-    if config.limit_concurrency is not None:
-        args += ["--limit-concurrency", str(config.limit_concurrency)]
-    if config.limit_request_body is not None:
-        args += ["--limit-request-body", str(config.limit_request_body)]
-    if config.h11_max_incomplete_event_size is not None:
-        args += ["--h11-max-incomplete-event-size", str(config.h11_max_incomplete_event_size)]
-    if config.max_connections is not None:
-        args += ["--max-connections", str(config.max_connections)]
-    if isinstance(config.log_level, str):
-        args += ["--log-level", config.log_level]
-    args.append("--access-log" if config.access_log else "--no-access-log")
-    if config.use_colors is not None:  # else the worker looks at the streams it inherits
-        args.append("--use-colors" if config.use_colors else "--no-use-colors")
-    args.append("--proxy-headers" if config.proxy_headers else "--no-proxy-headers")
-    args.append("--server-header" if config.server_header else "--no-server-header")
-    args.append("--date-header" if config.date_header else "--no-date-header")
-    if config.reset_contextvars:
-        args.append("--reset-contextvars")
-    if config.limit_max_requests is not None:
-        args += ["--limit-max-requests", str(config.limit_max_requests)]
-        args += ["--limit-max-requests-jitter", str(config.limit_max_requests_jitter)]
-    if isinstance(config.log_config, str):
-        args += ["--log-config", os.path.abspath(config.log_config)]
-    for name, value in config.headers:
-        args += ["--header", f"{name}:{value}"]
-    # The value in effect, so a worker needs neither the variable nor the --env-file.
-    args += ["--forwarded-allow-ips", ",".join(config.trusted_proxies)]
-    args += ["--http", config.http, "--ssl-cert-reqs", str(config.ssl_cert_reqs)]
-    args += ["--ws", config.ws, "--ws-max-size", str(config.ws_max_size)]
-    args += ["--ws-max-queue", str(config.ws_max_queue)]
-    args += ["--ws-ping-interval", str(config.ws_ping_interval or 0)]
-    args += ["--ws-ping-timeout", str(config.ws_ping_timeout or 0)]
-    for option in ("ssl_certfile", "ssl_keyfile", "ssl_ca_certs"):
-        value = getattr(config, option)
-        if value is not None:
-            args += ["--" + option.replace("_", "-"), os.path.abspath(value)]
-    if config.rust_hello_route is not None:
-        args += ["--rust-hello-route", config.rust_hello_route]
-    if config.stats_route is not None:
-        args += ["--stats-route", config.stats_route]
-    if config.trace_requests:
-        args.append("--trace-requests")
-    return args

@@ -1,0 +1,744 @@
+"""Every server setting, once: its name, default, help, command-line form and checks.
+
+The command line (``ferrule.__main__``), ``ferrule.Config``, ``--help``, the worker processes'
+configuration and ``docs/settings.md`` are all made from ``SETTINGS``. Adding a setting means
+adding it here and using it where it acts (``config.NAME`` in Python, a field of the Rust
+``Settings`` struct for the server core); nothing else lists it.
+
+``scripts/settings_doc.py`` writes ``docs/settings.md`` from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import ssl
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ferrule.interface import INTERFACES
+
+#: The groups, in the order ``--help`` and ``docs/settings.md`` show them.
+GROUPS = {
+    "binding": "Binding",
+    "app": "The application",
+    "workers": "Workers and reload",
+    "limits": "Timeouts and limits",
+    "logging": "Logging",
+    "proxies": "Proxies and response headers",
+    "tls": "TLS",
+    "websockets": "WebSockets",
+    "http": "HTTP versions",
+    "diagnostics": "Diagnostics (for the benchmark suite)",
+}
+
+Form = Literal["value", "switch", "flag", "list"]
+
+
+def boolean(text: str) -> bool:
+    """A BOOLEAN option's value, spelled as uvicorn's (click's) accept it."""
+    value = text.strip().lower()
+    if value in ("1", "true", "t", "yes", "y", "on"):
+        return True
+    if value in ("0", "false", "f", "no", "n", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a valid boolean")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting. ``name`` is the ``Config`` attribute and ``run()`` keyword; its option on
+    the command line is ``--name-with-dashes`` (``flag`` when it differs)."""
+
+    name: str
+    group: str
+    default: Any
+    help: str
+    #: How the command line gives it: ``value`` (``--x V``), ``switch`` (``--x``/``--no-x``),
+    #: ``flag`` (``--x`` sets it true), ``list`` (``--x V``, repeatable).
+    form: Form = "value"
+    #: Parses one command-line value.
+    type: Callable[[str], Any] = str
+    choices: Sequence[str] | None = None
+    metavar: str | None = None
+    #: The default as ``--help`` and the docs say it, when ``default`` alone would not tell.
+    default_text: str | None = None
+    #: Normalises a value given to ``Config`` (CLI or Python) or raises ``ValueError`` saying why.
+    check: Callable[[Any], Any] | None = None
+    #: The option's name when it is not ``--`` + ``name`` with dashes.
+    flag: str | None = None
+    #: Whether uvicorn has this option, with this name and meaning.
+    uvicorn: bool = True
+    #: Whether worker processes take the parent's value (else each resolves its own).
+    inherit: bool = True
+    #: Left out of ``--help`` and the docs: the benchmark suite's hooks.
+    hidden: bool = False
+    #: Set only from Python (no command-line option).
+    python_only: bool = False
+
+    @property
+    def option(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    def default_value(self) -> Any:
+        """A fresh copy of the default (a list default is never shared between configs)."""
+        return list(self.default) if isinstance(self.default, list) else self.default
+
+    def describe_default(self) -> str:
+        if self.default_text is not None:
+            return self.default_text
+        if self.default is None:
+            return "none"
+        if isinstance(self.default, bool):
+            return "on" if self.default else "off"
+        if self.default == []:
+            return "none"
+        return str(self.default)
+
+
+# Checks: each normalises one value or raises ValueError naming the setting.
+
+
+def _at_least(name: str, low: int) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if value is not None and value < low:
+            raise ValueError(f"{name} must be at least {low}")
+        return value
+
+    return check
+
+
+def _choice(name: str, aliases: dict[str, str]) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if value not in aliases:
+            raise ValueError(f"{name} must be one of {', '.join(aliases)}, not {value!r}")
+        return aliases[value]
+
+    return check
+
+
+def _seconds_or_zero(value: float) -> float:
+    if not 0 <= value < float("inf"):
+        raise ValueError(
+            f"timeout_worker_healthcheck must be 0 (no health check) or more seconds, not {value}"
+        )
+    return value
+
+
+def _reload_delay(value: float) -> float:
+    if not 0 < value < float("inf"):
+        raise ValueError(f"reload_delay must be more than 0 seconds, not {value}")
+    return value
+
+
+def as_list(value: list[str] | str | None) -> list[str]:
+    """An option given as one string, a list of them, or nothing, as a list."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _directories(value: list[str] | str | None) -> list[str]:
+    directories = as_list(value)
+    for directory in directories:
+        if not os.path.isdir(directory):
+            raise ValueError(f"reload_dirs: {directory!r} is not a directory")
+    return directories
+
+
+def parse_header(text: str) -> tuple[str, str]:
+    """``"Name: value"`` as ``("Name", "value")`` (uvicorn's ``--header`` form)."""
+    name, colon, value = text.partition(":")
+    if not colon or not name.strip():
+        raise ValueError(f"a header must be NAME:VALUE, not {text!r}")
+    return name.strip(), value.strip()
+
+
+def _header(text: str) -> tuple[str, str]:
+    try:
+        return parse_header(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _headers(value: Any) -> list[tuple[str, str]]:
+    return [parse_header(h) if isinstance(h, str) else tuple(h) for h in value or []]
+
+
+#: uvicorn's ``--ssl-version`` values that ask for what rustls does: the highest version both
+#: ends speak (TLS 1.2 or 1.3). uvicorn's default is ``PROTOCOL_TLS_SERVER``.
+SSL_VERSIONS = (int(ssl.PROTOCOL_TLS_SERVER), int(ssl.PROTOCOL_TLS))
+#: uvicorn's old default ``--ssl-ciphers``; no value (OpenSSL's defaults) is its new one.
+SSL_CIPHERS = "TLSv1"
+
+
+def _ssl_version(value: int) -> int:
+    if value not in SSL_VERSIONS:
+        raise ValueError(
+            f"ssl_version {value}: ferrule's TLS (rustls) negotiates TLS 1.3 or 1.2, whichever "
+            "is the highest the client speaks, and cannot be held to one version; leave "
+            f"--ssl-version out, or give {SSL_VERSIONS[0]} (ssl.PROTOCOL_TLS_SERVER, uvicorn's "
+            f"default) or {SSL_VERSIONS[1]} (ssl.PROTOCOL_TLS), which mean just that"
+        )
+    return value
+
+
+def _ssl_ciphers(value: str | None) -> str | None:
+    if value not in (None, SSL_CIPHERS):
+        raise ValueError(
+            f"ssl_ciphers {value!r}: ferrule's TLS (rustls) uses its own cipher suites, which "
+            "cannot be chosen: for TLS 1.3 AES-256-GCM, AES-128-GCM and ChaCha20-Poly1305; for "
+            "TLS 1.2 the same with ECDHE (RSA or ECDSA keys); leave --ssl-ciphers out "
+            f"(uvicorn's old default, {SSL_CIPHERS}, is taken to mean the same)"
+        )
+    return value
+
+
+#: The request line and headers allowed in all, by default and at least: 64 KiB is more than
+#: any browser sends; hyper's read buffer, twice the limit, cannot be under 8 KiB.
+DEFAULT_HEAD_SIZE = 64 * 1024
+MIN_HEAD_SIZE = 4096
+
+
+def _head_size(value: int | None) -> int | None:
+    if value is not None and value < MIN_HEAD_SIZE:
+        raise ValueError(
+            f"h11_max_incomplete_event_size must be at least {MIN_HEAD_SIZE} bytes, not {value}"
+        )
+    return value
+
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+#: uvicorn's ``--http`` implementations (h11, httptools) speak HTTP/1.1 only: ``1`` here.
+HTTP_CHOICES = {"auto": "auto", "1": "1", "2": "2", "h11": "1", "httptools": "1"}
+#: uvicorn's ``--ws`` implementations all mean WebSockets on: ``auto`` here.
+WS_CHOICES = {
+    "auto": "auto",
+    "none": "none",
+    "websockets": "auto",
+    "websockets-sansio": "auto",
+    "wsproto": "auto",
+}
+LOOPS = {"auto": "auto", "asyncio": "asyncio", "uvloop": "uvloop"}
+LIFESPANS = {"auto": "auto", "on": "on", "off": "off"}
+INTERFACE_CHOICES = {name: name for name in INTERFACES}
+
+#: Where the key password may be given instead of ``--ssl-keyfile-password``, out of sight of
+#: ``ps``.
+KEY_PASSWORD_ENV = "FERRULE_SSL_KEYFILE_PASSWORD"
+
+SETTINGS: tuple[Setting, ...] = (
+    # Binding
+    Setting("host", "binding", "127.0.0.1", "Bind to this address.", metavar="HOST"),
+    Setting("port", "binding", 8000, "Bind to this port; 0 picks a free one.", type=int),
+    Setting("uds", "binding", None, "Bind to this Unix domain socket instead.", metavar="PATH"),
+    Setting(
+        "fd",
+        "binding",
+        None,
+        "Serve the listening socket inherited as this file descriptor (systemd socket "
+        "activation, a process manager).",
+        type=int,
+    ),
+    Setting(
+        "backlog",
+        "binding",
+        2048,
+        "The listening socket's queue of connections not yet accepted.",
+        type=int,
+    ),
+    # The application
+    Setting(
+        "app_dir",
+        "app",
+        ".",
+        "Put this directory first on sys.path before importing the app.",
+        metavar="DIR",
+        default_text="the current directory",
+    ),
+    Setting(
+        "factory",
+        "app",
+        False,
+        "APP names a factory: call it with no arguments to get the app.",
+        form="flag",
+    ),
+    Setting(
+        "interface",
+        "app",
+        "auto",
+        "How to call the app: asgi3, asgi2 (app(scope) returns the instance awaited with "
+        "receive and send), wsgi (through a2wsgi) or auto (asgi2 for a class or a plain "
+        "function of the scope alone, else asgi3).",
+        choices=INTERFACES,
+        check=_choice("interface", INTERFACE_CHOICES),
+    ),
+    Setting(
+        "lifespan",
+        "app",
+        "auto",
+        "Run the app's lifespan protocol: on (a failure stops the server), off, or auto (on, "
+        "but an app that does not support it is served anyway).",
+        choices=tuple(LIFESPANS),
+        check=_choice("lifespan", LIFESPANS),
+    ),
+    Setting("root_path", "app", "", "The ASGI root_path: where the app is mounted behind a proxy."),
+    Setting(
+        "env_file",
+        "app",
+        None,
+        "Load environment variables from this file before importing the app (needs "
+        "python-dotenv); variables already set win.",
+        metavar="FILE",
+        inherit=False,  # the workers inherit the environment it set
+    ),
+    Setting(
+        "loop",
+        "app",
+        "auto",
+        "The event loop: asyncio, uvloop, or auto (uvloop when installed).",
+        choices=tuple(LOOPS),
+        check=_choice("loop", LOOPS),
+    ),
+    Setting(
+        "reset_contextvars",
+        "app",
+        False,
+        "Start each request and WebSocket from an empty contextvars context instead of a "
+        "copy of the server's.",
+        form="flag",
+    ),
+    # Workers and reload
+    Setting(
+        "workers",
+        "workers",
+        None,
+        "Number of worker processes (not with --reload).",
+        type=int,
+        default_text="$WEB_CONCURRENCY if set, else 1",
+        check=_at_least("workers", 1),
+        inherit=False,
+    ),
+    Setting(
+        "timeout_worker_healthcheck",
+        "workers",
+        30.0,
+        "With --workers, replace a worker whose event loop has not run for this many seconds "
+        "(an app blocking it); 0: never.",
+        type=float,
+        metavar="SECONDS",
+        check=_seconds_or_zero,
+    ),
+    Setting(
+        "limit_max_requests",
+        "workers",
+        None,
+        "Stop after this many requests (with --workers or --reload, the worker is replaced).",
+        type=int,
+        metavar="N",
+        check=_at_least("limit_max_requests", 1),
+    ),
+    Setting(
+        "limit_max_requests_jitter",
+        "workers",
+        0,
+        "Add 0 to N, drawn per worker, to --limit-max-requests, so that workers do not all "
+        "restart at once.",
+        type=int,
+        metavar="N",
+        check=_at_least("limit_max_requests_jitter", 0),
+    ),
+    Setting(
+        "reload",
+        "workers",
+        False,
+        "Restart the server when a watched file changes (for development).",
+        form="flag",
+        inherit=False,
+    ),
+    Setting(
+        "reload_dirs",
+        "workers",
+        [],
+        "Watch this directory (repeatable).",
+        form="list",
+        flag="--reload-dir",
+        metavar="DIR",
+        default_text="the current directory",
+        check=_directories,
+        inherit=False,
+    ),
+    Setting(
+        "reload_includes",
+        "workers",
+        [],
+        "Also watch the files matching this glob (repeatable), besides '*.py'.",
+        form="list",
+        flag="--reload-include",
+        metavar="GLOB",
+        check=as_list,
+        inherit=False,
+    ),
+    Setting(
+        "reload_excludes",
+        "workers",
+        [],
+        "Do not watch the files and directories matching this glob (repeatable), besides "
+        "'.*', '.py[cod]', '.sw.*' and '~*'.",
+        form="list",
+        flag="--reload-exclude",
+        metavar="GLOB",
+        check=as_list,
+        inherit=False,
+    ),
+    Setting(
+        "reload_delay",
+        "workers",
+        0.25,
+        "Seconds between two looks at the watched files.",
+        type=float,
+        metavar="SECONDS",
+        check=_reload_delay,
+        inherit=False,
+    ),
+    # Timeouts and limits
+    Setting(
+        "timeout_keep_alive",
+        "limits",
+        5.0,
+        "Close a connection idle this many seconds: HTTP/1.1 between requests, HTTP/2 with no "
+        "stream in progress (GOAWAY); a silent HTTP/2 peer is PINGed.",
+        type=float,
+        metavar="SECONDS",
+    ),
+    Setting(
+        "timeout_graceful_shutdown",
+        "limits",
+        None,
+        "On shutdown, give requests and WebSockets in progress this many seconds to finish, "
+        "then cancel them.",
+        type=float,
+        metavar="SECONDS",
+        default_text="wait for them",
+    ),
+    Setting(
+        "limit_concurrency",
+        "limits",
+        None,
+        "Answer 503 to a request that arrives while this many are in progress.",
+        type=int,
+        metavar="N",
+    ),
+    Setting(
+        "limit_request_body",
+        "limits",
+        None,
+        "The largest request body in bytes: past it, 413.",
+        type=int,
+        metavar="BYTES",
+        uvicorn=False,
+    ),
+    Setting(
+        "h11_max_incomplete_event_size",
+        "limits",
+        None,
+        "The largest request line and headers in all, in bytes, whichever HTTP version: 431 "
+        "past it (414 for a long request line).",
+        type=int,
+        metavar="BYTES",
+        default_text=str(DEFAULT_HEAD_SIZE),
+        check=_head_size,
+    ),
+    Setting(
+        "max_connections",
+        "limits",
+        None,
+        "Open connections per worker; accepting waits for one to close past it.",
+        type=int,
+        metavar="N",
+        default_text="what the open-file limit allows, raised to its hard limit",
+        check=_at_least("max_connections", 1),
+        uvicorn=False,
+    ),
+    # Logging
+    Setting(
+        "log_level",
+        "logging",
+        "info",
+        "The server's log level.",
+        choices=LOG_LEVELS,
+    ),
+    Setting(
+        "access_log",
+        "logging",
+        True,
+        "Log a line per request (logger 'ferrule.access', on stdout by default).",
+        form="switch",
+    ),
+    Setting(
+        "use_colors",
+        "logging",
+        None,
+        "Colour the log's level names and status codes.",
+        form="switch",
+        default_text="on each stream (stdout for access lines, stderr for the rest) that is a "
+        "terminal",
+    ),
+    Setting(
+        "log_config",
+        "logging",
+        None,
+        "Logging configuration: a .json or .yaml file (dictConfig), else an .ini file "
+        "(fileConfig); from Python also a dictConfig dict.",
+        metavar="FILE",
+    ),
+    # Proxies and response headers
+    Setting(
+        "proxy_headers",
+        "proxies",
+        True,
+        "Take the client's address and scheme from X-Forwarded-For and X-Forwarded-Proto, "
+        "when the peer is one of --forwarded-allow-ips.",
+        form="switch",
+    ),
+    Setting(
+        "forwarded_allow_ips",
+        "proxies",
+        None,
+        "Comma-separated addresses or networks of the proxies whose X-Forwarded-* headers are "
+        "trusted, or '*'.",
+        metavar="IPS",
+        default_text="$FORWARDED_ALLOW_IPS if set, else 127.0.0.1,::1",
+    ),
+    Setting(
+        "server_header",
+        "proxies",
+        True,
+        "Send 'server: ferrule' with every response.",
+        form="switch",
+    ),
+    Setting(
+        "date_header",
+        "proxies",
+        True,
+        "Send a 'date' header with every response.",
+        form="switch",
+    ),
+    Setting(
+        "headers",
+        "proxies",
+        [],
+        "A header to send with every response (repeatable).",
+        form="list",
+        flag="--header",
+        type=_header,
+        metavar="NAME:VALUE",
+        check=_headers,
+    ),
+    # TLS
+    Setting("ssl_certfile", "tls", None, "The certificate chain (PEM).", metavar="FILE"),
+    Setting("ssl_keyfile", "tls", None, "The private key (PEM).", metavar="FILE"),
+    Setting(
+        "ssl_keyfile_password",
+        "tls",
+        None,
+        f"The password of an encrypted key file (or set {KEY_PASSWORD_ENV}, which ps does "
+        "not show).",
+        metavar="PASSWORD",
+    ),
+    Setting(
+        "ssl_ca_certs",
+        "tls",
+        None,
+        "CA certificates (PEM) to check client certificates with.",
+        metavar="FILE",
+    ),
+    Setting(
+        "ssl_cert_reqs",
+        "tls",
+        0,
+        "Client certificates: 0 not asked for, 1 optional, 2 required (as ssl.CERT_*).",
+        type=int,
+        choices=(0, 1, 2),
+    ),
+    Setting(
+        "ssl_version",
+        "tls",
+        SSL_VERSIONS[0],
+        f"Accepted for uvicorn's command lines as {SSL_VERSIONS[0]} (ssl.PROTOCOL_TLS_SERVER) "
+        f"or {SSL_VERSIONS[1]} (ssl.PROTOCOL_TLS) only: rustls negotiates TLS 1.3 or 1.2 "
+        "itself.",
+        type=int,
+        metavar="INT",
+        check=_ssl_version,
+    ),
+    Setting(
+        "ssl_ciphers",
+        "tls",
+        None,
+        f"Accepted for uvicorn's command lines as {SSL_CIPHERS} only: rustls uses its own "
+        "cipher suites (AES-GCM and ChaCha20-Poly1305).",
+        metavar="TEXT",
+        check=_ssl_ciphers,
+    ),
+    # WebSockets
+    Setting(
+        "ws",
+        "websockets",
+        "auto",
+        "WebSockets: auto (on) or none; uvicorn's websockets, websockets-sansio and wsproto "
+        "mean auto.",
+        choices=tuple(WS_CHOICES),
+        check=_choice("ws", WS_CHOICES),
+    ),
+    Setting(
+        "ws_max_size",
+        "websockets",
+        16 * 1024 * 1024,
+        "The largest WebSocket message in bytes: past it, the socket closes with 1009.",
+        type=int,
+        metavar="BYTES",
+    ),
+    Setting(
+        "ws_max_queue",
+        "websockets",
+        32,
+        "Client messages queued for the app before the socket stops being read.",
+        type=int,
+        metavar="N",
+        check=_at_least("ws_max_queue", 1),
+    ),
+    Setting(
+        "ws_ping_interval",
+        "websockets",
+        20.0,
+        "Seconds between the server's pings on each WebSocket; 0: none.",
+        type=float,
+        metavar="SECONDS",
+    ),
+    Setting(
+        "ws_ping_timeout",
+        "websockets",
+        20.0,
+        "Seconds a ping may go unanswered before the socket closes with 1011; 0: forever.",
+        type=float,
+        metavar="SECONDS",
+    ),
+    Setting(
+        "ws_per_message_deflate",
+        "websockets",
+        True,
+        "uvicorn's option, accepted either way: ferrule does not negotiate permessage-deflate, "
+        "so WebSocket frames go uncompressed (clients offering it fall back).",
+        type=boolean,
+        metavar="BOOLEAN",
+    ),
+    # HTTP versions
+    Setting(
+        "http",
+        "http",
+        "auto",
+        "HTTP versions: auto (HTTP/1.1, HTTP/2 by prior knowledge, and by ALPN over TLS), 1 or "
+        "2; uvicorn's h11 and httptools mean 1.",
+        choices=tuple(HTTP_CHOICES),
+        check=_choice("http", HTTP_CHOICES),
+    ),
+    Setting(
+        "http2",
+        "http",
+        False,
+        "uvicorn's switch for HTTP/2, which --http auto and 2 serve anyway; refused with --http 1.",
+        form="flag",
+    ),
+    # Diagnostics: the benchmark suite's hooks, answered from Rust without the app.
+    Setting(
+        "rust_hello_route",
+        "diagnostics",
+        None,
+        "Answer this path 'Hello, world!' from Rust alone: the HTTP stack's ceiling.",
+        metavar="PATH",
+        hidden=True,
+        uvicorn=False,
+    ),
+    Setting(
+        "stats_route",
+        "diagnostics",
+        None,
+        "Answer this path with the bridge's counters as JSON.",
+        metavar="PATH",
+        hidden=True,
+        uvicorn=False,
+    ),
+    Setting(
+        "trace_requests",
+        "diagnostics",
+        False,
+        "Add latency histograms (GIL wait, parse to first drive, resume wait) to the stats "
+        "route: a clock read per event.",
+        form="flag",
+        hidden=True,
+        uvicorn=False,
+    ),
+    Setting(
+        "budget",
+        "diagnostics",
+        128,
+        "Steps the bridge drives a coroutine before yielding to the event loop.",
+        type=int,
+        hidden=True,
+        python_only=True,
+        uvicorn=False,
+    ),
+)
+
+BY_NAME = {setting.name: setting for setting in SETTINGS}
+
+
+def markdown() -> str:
+    """``docs/settings.md``: every setting that is not hidden, by group."""
+    lines = [
+        "# Settings",
+        "",
+        "<!-- Made by `python scripts/settings_doc.py` from `python/ferrule/settings.py`; "
+        "a test fails when the two differ. -->",
+        "",
+        "Every setting is a command-line option of `ferrule APP` and a keyword of "
+        "`ferrule.run(app, ...)` and `ferrule.Config(app, ...)`, with uvicorn's name where "
+        "uvicorn has the option. With `--workers` or `--reload`, each worker process gets the "
+        "parent's settings.",
+        "",
+    ]
+    for group, title in GROUPS.items():
+        members = [s for s in SETTINGS if s.group == group and not s.hidden]
+        if not members:
+            continue
+        lines += [f"## {title}", ""]
+        for setting in members:
+            lines += _markdown_entry(setting)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _markdown_entry(setting: Setting) -> list[str]:
+    anchor = setting.option.lstrip("-")
+    usage = setting.option if setting.python_only else _usage(setting)
+    default = setting.describe_default()
+    if setting.default_text is None and setting.default not in (None, [], True, False):
+        default = f"`{default}`"
+    facts = [f"Default: {default}.", f"Python: `{setting.name}`."]
+    if not setting.uvicorn:
+        facts.append("Not in uvicorn.")
+    if setting.choices:
+        facts.insert(0, "One of " + ", ".join(f"`{c}`" for c in setting.choices) + ".")
+    return [f'<a id="{anchor}"></a>', f"### `{usage}`", "", setting.help, "", " ".join(facts), ""]
+
+
+def _usage(setting: Setting) -> str:
+    if setting.form == "switch":
+        return f"{setting.option} / --no-{setting.option[2:]}"
+    if setting.form == "flag":
+        return setting.option
+    metavar = setting.metavar or setting.name.upper()
+    if setting.choices and not setting.metavar:
+        metavar = "{" + ",".join(str(c) for c in setting.choices) + "}"
+    return f"{setting.option} {metavar}"

@@ -1,0 +1,49 @@
+"""A worker process of ``--workers`` or ``--reload``: ``python -m ferrule.worker``, started by
+``ferrule.supervisor`` with the parent's settings as data in its environment (the resolved
+``Config``, never a rebuilt command line), serving the listening socket it inherits."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from ferrule.config import Config
+
+#: The environment variable that carries a worker's settings, as JSON.
+WORKER_ENV = "FERRULE_WORKER"
+
+
+def worker_data(config: Config, fd: int, heartbeat_fd: int | None) -> str:
+    """What a worker needs, as JSON: the app, the parent's resolved settings, and the
+    inherited descriptors (the listening socket, the heartbeat pipe)."""
+    settings: dict[str, Any] = config.inherited()
+    settings["fd"] = fd
+    return json.dumps({"app": config.app, "settings": settings, "heartbeat_fd": heartbeat_fd})
+
+
+def worker_config(data: str) -> Config:
+    loaded = json.loads(data)
+    config = Config(loaded["app"], **loaded["settings"], workers=1)
+    config.worker = True
+    config.heartbeat_fd = loaded["heartbeat_fd"]
+    return config
+
+
+def main() -> None:
+    # Taken out of the environment before the app is imported: it holds the key password,
+    # and the app's own subprocesses are no workers.
+    data = os.environ.pop(WORKER_ENV, None)
+    if data is None:
+        sys.exit(
+            f"{__spec__.name if __spec__ else 'ferrule.worker'} is started by ferrule's "
+            "supervisor, not by hand: run ferrule APP --workers N"
+        )
+    from ferrule.server import serve_worker
+
+    sys.exit(serve_worker(worker_config(data)))
+
+
+if __name__ == "__main__":
+    main()
