@@ -69,7 +69,7 @@ from harness import (
 RESULTS_DIR = BENCH_DIR / "results"
 MEASURE_ERRORS = (RuntimeError, ValueError, subprocess.TimeoutExpired)
 
-# The targets of issue 4: (scenario, minimum ratio, the server it is measured against).
+# The benchmark's speed targets: (scenario, minimum ratio, the server it is measured against).
 TARGETS = [
     ("hello", 2.0, "granian"),
     ("sleep3", 1.75, "granian"),
@@ -531,7 +531,7 @@ def markdown(
     out += relay_lines(cells, servers, scenarios)
     target_lines = targets(cells)
     if target_lines:
-        out += ["", "Targets of issue 4 (requests/s ratio of ferrule to the server named):", ""]
+        out += ["", "Speed targets (requests/s ratio of ferrule to the server named):", ""]
         out += target_lines
     if failures:
         out += ["", "Failures:", ""] + [f"- {f.splitlines()[0]}" for f in failures]

@@ -1,6 +1,6 @@
 """Certificates made at test time with ``cryptography``, for the TLS tests: a CA, a server
 certificate for ``127.0.0.1``/``localhost`` signed by it, a client certificate signed by it, the
-server key again as an encrypted PKCS#8 PEM (password :data:`KEY_PASSWORD`), and a client
+server key again as an encrypted PKCS8 PEM (password :data:`KEY_PASSWORD`), and a client
 certificate from another ("rogue") CA. ``conftest.certs`` makes them once per session."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class Certs:
     ca: Path
     server_cert: Path
     server_key: Path
-    server_key_encrypted: Path  # encrypted PKCS#8 of the same key, password KEY_PASSWORD
+    server_key_encrypted: Path  # encrypted PKCS8 of the same key, password KEY_PASSWORD
     client_cert: Path
     client_key: Path
     rogue_client_cert: Path  # signed by a CA the server does not trust

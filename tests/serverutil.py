@@ -632,7 +632,7 @@ def raw_exchange(port: int, data: bytes, timeout: float = HTTP_TIMEOUT) -> bytes
 
 def is_clean_exit(code: int | None, sig: int = signal.SIGINT) -> bool:
     """A graceful stop: exit status 0, or death by re-raising the same signal after the
-    shutdown (what uvicorn does, and the issue allows)."""
+    shutdown (what uvicorn does, and what a supervisor reads as a clean stop too)."""
     return code == 0 or code == -sig
 
 

@@ -18,9 +18,10 @@ def test_current_task_is_one_object_for_the_coroutines_whole_life(run) -> None:
     on the loop thread) and a resolved native awaitable; concurrent coroutines have distinct
     tasks.
 
-    Without the per-step ``_enter_task`` bracket ``current_task()`` is None on the tokio thread;
-    a task object made per drive (instead of per coroutine) differs after each resumption,
-    which breaks every library that keys state by task (anyio cancel scopes, limiters).
+    Without the ``_enter_task`` bracket around each drive ``current_task()`` is None on the tokio
+    thread; a task object made per drive (instead of per coroutine) differs after each
+    resumption, which breaks every library that keys state by task (anyio cancel scopes,
+    limiters).
     """
 
     async def driven(bridge: ferrule.Bridge, gate: asyncio.Future[None]) -> Any:

@@ -1,4 +1,4 @@
-"""Invariants I1-I14 of ``reference/asyncio-internals.md``: what the bridge must uphold.
+"""Invariants I1-I14 (listed in ``docs/design.md``): what the bridge must uphold.
 
 Each test is named after the invariant it protects. The harness (``conftest.run_bridge``) also
 fails any test whose loop reported an error or whose bridge counted a collision.
@@ -594,7 +594,7 @@ def test_i11_running_loop_is_visible_on_the_tokio_thread(run) -> None:
     run(main)
 
 
-# --- I12: native runtime context on the asyncio thread ---------------------------------------
+# --- I12: tokio work started on the loop thread finds the runtime ----------------------------
 
 
 def test_i12_native_awaitables_work_in_loop_thread_continuations(run) -> None:
@@ -602,9 +602,9 @@ def test_i12_native_awaitables_work_in_loop_thread_continuations(run) -> None:
     creates and awaits ``bridge.sleep`` and ``bridge.ready``; a plain loop callback can create a
     native awaitable too.
 
-    The loop thread is not a tokio worker: unless every loop-thread callback sets the runtime
-    handle thread-local first, creating the tokio timer raises ``RuntimeError: no tokio runtime``
-    (or panics: "there is no reactor running").
+    The loop thread is not a tokio worker: if the bridge looked its runtime up in a thread-local
+    instead of spawning on its own handle, creating the tokio timer here would raise
+    ``RuntimeError: no tokio runtime`` (or panic: "there is no reactor running").
     """
     marks: list[str] = []
 

@@ -1,4 +1,4 @@
-"""Faults (issue 5): clients that vanish mid-request or mid-stream, a crowd of half-open slow
+"""Faults: clients that vanish mid-request or mid-stream, a crowd of half-open slow
 connections, an app that raises now and then, and a worker killed with SIGKILL. The server
 must tell the app, keep serving everyone else, and leave no descriptor or task behind
 (``hostile_app``, ``workers_app``)."""
@@ -196,7 +196,7 @@ def test_clients_leaving_as_streams_start_never_deadlock(loop: str) -> None:
         assert len(response.content) == MB // 4
 
 
-HALF_OPEN_COUNT = 1000  # issue 5's figure
+HALF_OPEN_COUNT = 1000  # a slowloris crowd: far more connections than any one client needs
 HALF_OPEN = {
     "no-bytes": b"",
     "partial-head": b"GET /ok HTTP/1.1\r\nHost: test\r\nX-Slow: aaaa",

@@ -1,4 +1,4 @@
-"""Fuzzing the ASGI message conversion (issue 5): an app sends hypothesis-generated messages,
+"""Fuzzing the ASGI message conversion: an app sends hypothesis-generated messages,
 well-formed or not (wrong types, missing keys, status 99 or 1000, non-bytes headers, huge
 bodies), and the server must answer cleanly and never crash (``hostile_app``, ``/fuzz``).
 

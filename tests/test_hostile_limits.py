@@ -1,4 +1,4 @@
-"""Limits (issue 5): header section size (431), request-line length (414), request body size
+"""Limits: header section size (431), request-line length (414), request body size
 (``--limit-request-body``: 413), header read timeout, keep-alive idle timeout and
 ``--limit-concurrency`` (503), all against the real server over raw sockets (``hostile_app``).
 """
@@ -26,11 +26,14 @@ from serverutil import (
     wait_for_event,
 )
 
-#: The issue's default total size of the request header section.
+#: The server's default limit on the request line and headers in all
+#: (``--h11-max-incomplete-event-size``).
 HEADER_LIMIT = 64 * 1024
 #: The body limit given to ``--limit-request-body`` in these tests.
 BODY_LIMIT = 1000
-#: The issue's bound on the default header read timeout, plus what the test allows on top.
+#: The longest the tests let a slow head keep its connection: far above the server's header read
+#: timeout (``--timeout-keep-alive``, 5 s by default), so only a server that never times out a
+#: head fails, however slow the machine.
 HEADER_TIMEOUT_MAX = 35.0
 
 
@@ -125,8 +128,8 @@ def test_h11_max_incomplete_event_size_sets_the_head_limit(workers: str) -> None
 )
 def test_request_line_too_long_gives_414(server: ServerProcess, target: str) -> None:
     """Rule: a request line of 80 KiB (over the 64 KiB head limit, and over any URI limit) gets
-    414 URI Too Long (the issue's choice; a 431 or 400 is reported as a failure with the
-    status seen). Broken: any other status, a served request, or no answer."""
+    414 URI Too Long, the status RFC 9110 names for it (a 431 or 400 is reported as a failure
+    with the status seen). Broken: any other status, a served request, or no answer."""
     response = answer_to_large(server, request_bytes("GET", target))
     assert response.status == 414, f"answered {response.status} to an 80 KiB request line"
     check_still_serving(server)

@@ -1,4 +1,4 @@
-"""Malformed requests (issue 5): each is answered with a 4xx (400 mostly) and the connection is
+"""Malformed requests: each is answered with a 4xx (400 mostly) and the connection is
 closed, the request never reaches the app, and the server answers a normal request on a new
 connection afterwards (``hostile_app``).
 

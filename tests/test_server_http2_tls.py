@@ -379,7 +379,7 @@ def test_tls_other_ssl_version_or_ciphers_are_usage_errors(
 
 
 def test_tls_encrypted_key_with_password(certs: Certs) -> None:
-    """Rule: --ssl-keyfile may be an encrypted PKCS#8 PEM ("ENCRYPTED PRIVATE KEY"), decrypted
+    """Rule: --ssl-keyfile may be an encrypted PKCS8 PEM ("ENCRYPTED PRIVATE KEY"), decrypted
     with --ssl-keyfile-password: the server starts and serves https. Broken: the option is
     refused, or the encrypted key is not understood (the server exits at startup)."""
     assert b"ENCRYPTED PRIVATE KEY" in certs.server_key_encrypted.read_bytes()
