@@ -105,3 +105,13 @@ def test_every_option_in_the_docs_has_an_anchor() -> None:
     docs can link ``settings.md#timeout-keep-alive``. Broken: an anchor missing."""
     anchors = set(re.findall(r'<a id="([^"]+)"></a>', markdown()))
     assert {s.option.lstrip("-") for s in SHOWN} <= anchors
+
+
+def test_links_into_the_settings_doc_resolve() -> None:
+    """Rule: every ``settings.md#anchor`` link in the README and docs names an anchor that
+    ``docs/settings.md`` has. Broken: a link to an option renamed or never documented (seen
+    with a link to ``settings.md#no-such-option``)."""
+    anchors = set(re.findall(r'<a id="([^"]+)"></a>', markdown()))
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for anchor in re.findall(r"settings\.md#([A-Za-z0-9_-]+)", doc.read_text()):
+            assert anchor in anchors, f"{doc.name} links to settings.md#{anchor}"
