@@ -752,18 +752,21 @@ def test_limit_max_requests_jitter_adds_up_to_n() -> None:
 @pytest.mark.parametrize(
     ("option", "value", "named"),
     [
-        ("--workers", "0", "workers"),
-        ("--ws-max-queue", "0", "ws_max_queue"),
-        ("--limit-max-requests", "0", "limit_max_requests"),
+        ("--workers", "0", "argument --workers: must be at least 1"),
+        ("--ws-max-queue", "0", "argument --ws-max-queue: must be at least 1"),
+        ("--limit-max-requests", "0", "argument --limit-max-requests: must be at least 1"),
+        ("--log-level", "verbose", "argument --log-level: invalid choice"),
     ],
 )
 def test_values_the_server_refuses_are_usage_errors(option: str, value: str, named: str) -> None:
     """Rule: an option value argparse accepts but the server cannot use is a usage error:
-    exit 2, a message naming the option, no traceback. Broken: a Python traceback ending in
-    the ValueError with exit 1, which is what these gave before."""
+    exit 2, a message naming the option as typed (not the Python field), no traceback, and no
+    list of every option burying it (uvicorn's three lines). Broken: a Python traceback with
+    exit 1; "workers must be at least 1" (the field's name); the 40-line usage block first."""
     result = run_to_exit(ferrule_command("hello_app:app", option, value))
     assert result.returncode == 2, result.describe()
     assert named in result.stderr and "Traceback" not in result.stderr, result.describe()
+    assert len(result.stderr.splitlines()) <= 5, result.describe()
 
 
 def _thread_policies(pid: int) -> dict[str, set[int]]:

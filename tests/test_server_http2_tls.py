@@ -373,7 +373,7 @@ def test_tls_other_ssl_version_or_ciphers_are_usage_errors(
     was killed after 15 s)."""
     result = run_to_exit(ferrule_command(APP, "--port", "0", *tls_args(certs), option, value))
     assert result.returncode == 2, result.describe()
-    assert option.lstrip("-").replace("-", "_") in result.stderr, result.describe()
+    assert f"argument {option}:" in result.stderr, result.describe()
     assert says in result.stderr and "Traceback" not in result.stderr, result.describe()
     assert "running on" not in result.stderr, result.describe()
 

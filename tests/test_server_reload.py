@@ -234,7 +234,8 @@ def test_a_worker_that_fails_waits_for_the_next_change(tmp_path: Path) -> None:
     with start(tmp_path) as server:
         wait_for_body(server, "one")
         write(tmp_path / "watched_app.py", "def broken(:\n")
-        server.wait_for_output(r"Worker \[\d+\] died \(1\); waiting for file changes", 10)
+        # 3: an app that does not import is a startup failure.
+        server.wait_for_output(r"Worker \[\d+\] died \(3\); waiting for file changes", 10)
         count = len(workers_started(server))
         time.sleep(QUIET)
         assert len(workers_started(server)) == count == 2, server.describe()
@@ -276,7 +277,7 @@ def test_signal_to_the_parent_stops_the_worker(tmp_path: Path, signum: int, grou
 
 @pytest.mark.parametrize(
     ("option", "value", "named"),
-    [("--reload-delay", "0", "reload_delay"), ("--reload-dir", "no/such/dir", "reload_dirs")],
+    [("--reload-delay", "0", "--reload-delay"), ("--reload-dir", "no/such/dir", "--reload-dir")],
 )
 def test_bad_reload_options_are_usage_errors(
     tmp_path: Path, option: str, value: str, named: str

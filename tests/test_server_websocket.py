@@ -1099,4 +1099,4 @@ def test_ws_max_queue_bounds_without_losing_messages() -> None:
         assert run(scenario()) == [f"m{i}" for i in range(50)]
     refused = run_to_exit(ferrule_command(APP, "--ws-max-queue", "0"))
     assert refused.returncode != 0, refused.describe()
-    assert "ws_max_queue" in refused.stderr, refused.describe()
+    assert "--ws-max-queue" in refused.stderr, refused.describe()

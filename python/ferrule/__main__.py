@@ -6,9 +6,10 @@ import argparse
 import os
 import platform
 import sys
+from typing import Any, NoReturn
 
 from ferrule.config import Config
-from ferrule.settings import GROUPS, KEY_PASSWORD_ENV, SETTINGS, Setting
+from ferrule.settings import GROUPS, KEY_PASSWORD_ENV, SETTINGS, Setting, SettingError, boolean
 
 
 def version_line() -> str:
@@ -19,17 +20,31 @@ def version_line() -> str:
     return f"ferrule {__version__} with {python} on {platform.system()}"
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """A usage error in three lines, as uvicorn's: the short usage, where help is, and the
+        error; not the whole option list."""
+        self.exit(2, f"usage: {self.usage}\nTry 'ferrule --help' for help.\n\nError: {message}\n")
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line, made from the settings table: an option per setting, its help with
     its default, grouped as ``docs/settings.md`` is."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="ferrule",
+        usage="ferrule [OPTIONS] APP",
         description="Serve an ASGI app with ferrule, an ASGI server whose Rust core drives "
-        "Python coroutines itself. Options take uvicorn's names.",
+        "Python coroutines itself. Options take uvicorn's names; each may also be set in the "
+        "environment as FERRULE_NAME or UVICORN_NAME (FERRULE_PORT=8001), the command line "
+        "winning.",
         # Options not given stay out of the result: Config fills in the table's defaults.
         argument_default=argparse.SUPPRESS,
     )
-    p.add_argument("app", help='the ASGI app, as "module:attribute"')
+    p.add_argument(
+        "app",
+        nargs="?",
+        help='the ASGI app, as "module:attribute" (or $FERRULE_APP, $UVICORN_APP)',
+    )
     p.add_argument("--version", action="version", version=version_line())
     groups = {key: p.add_argument_group(title) for key, title in GROUPS.items()}
     for setting in SETTINGS:
@@ -37,6 +52,40 @@ def parser() -> argparse.ArgumentParser:
             continue
         _add_option(groups[setting.group], setting)
     return p
+
+
+def from_environment(given: dict[str, Any]) -> dict[str, Any]:
+    """The settings the command line did not give, from ``FERRULE_NAME`` or ``UVICORN_NAME``
+    (uvicorn reads every option from ``UVICORN_*``), parsed as the option's value would be.
+    Raises ``ValueError`` naming the variable for a value that does not parse."""
+    found: dict[str, Any] = {}
+    for setting in SETTINGS:
+        if setting.name in given or setting.python_only:
+            continue
+        for prefix in ("FERRULE_", "UVICORN_"):
+            variable = prefix + setting.name.upper()
+            text = os.environ.get(variable)
+            if text is None:
+                continue
+            try:
+                found[setting.name] = _parse(setting, text)
+            except (ValueError, argparse.ArgumentTypeError) as exc:
+                raise ValueError(f"environment variable {variable}: {exc}") from None
+            break
+    return found
+
+
+def _parse(setting: Setting, text: str) -> Any:
+    if setting.form in ("switch", "flag"):
+        return boolean(text)
+    if setting.form == "list":
+        return [setting.type(item) for item in text.split()]
+    value = setting.type(text)
+    if setting.choices is not None and value not in setting.choices:
+        raise ValueError(
+            f"invalid choice {text!r} (choose from {', '.join(map(str, setting.choices))})"
+        )
+    return value
 
 
 def _add_option(group: argparse._ArgumentGroup, setting: Setting) -> None:
@@ -63,15 +112,20 @@ def _add_option(group: argparse._ArgumentGroup, setting: Setting) -> None:
 def main(argv: list[str] | None = None) -> None:
     cli = parser()
     args = vars(cli.parse_args(argv))
-    app = args.pop("app")
+    app = args.pop("app", None) or os.environ.get("FERRULE_APP") or os.environ.get("UVICORN_APP")
+    if not app:
+        cli.error("Missing argument 'APP'.")
     # Taken out of the environment before the app is imported: the app has no use for it.
-    from_env = os.environ.pop(KEY_PASSWORD_ENV, None)
-    if args.get("ssl_keyfile_password") is None and from_env is not None:
-        args["ssl_keyfile_password"] = from_env
+    key_password = os.environ.pop(KEY_PASSWORD_ENV, None)
     try:
+        args.update(from_environment(args))
+        if args.get("ssl_keyfile_password") is None and key_password is not None:
+            args["ssl_keyfile_password"] = key_password
         # Values argparse lets through but the server refuses (``--workers 0``): a usage
         # error naming the option, exit 2, as for any other bad option.
         Config(app=app, **args)
+    except SettingError as exc:
+        cli.error(f"argument {exc.setting.option}: {exc.problem}")
     except ValueError as exc:
         cli.error(str(exc))
     from ferrule.server import run

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import logging.config
+import os
 import sys
 from http import HTTPStatus
 from pathlib import Path
@@ -37,21 +38,100 @@ def apply_log_config(log_config: str | dict[str, Any]) -> None:
         raise ValueError(f"cannot use the log config {path}: {exc}") from exc
 
 
+#: ferrule's loggers and the uvicorn loggers they stand for: apps log to ``uvicorn.error`` (as
+#: FastAPI's docs show), and log configs are written for ``uvicorn.*``.
+UVICORN_NAMES = {
+    "ferrule.error": "uvicorn.error",
+    "ferrule.access": "uvicorn.access",
+    "ferrule.asgi": "uvicorn.asgi",
+}
+
+
 def configure_logging(level: int, use_colors: bool | None = None) -> None:
     """ferrule's own handlers for its two loggers, unless logging is configured: as in
     uvicorn's default config, access lines on stdout and the other lines on stderr, each as
     ``INFO:     message``, an access line's status followed by its reason phrase. With colours
     (``use_colors``, or by default for each stream that is a terminal) the level name, and an
-    access line's request and status, are in ANSI colours as uvicorn's formatters have them."""
-    for name, stream in (("ferrule.error", sys.stderr), ("ferrule.access", sys.stdout)):
+    access line's request and status, are in ANSI colours as uvicorn's formatters have them.
+
+    The uvicorn loggers follow: where a log config set up ``uvicorn.error``/``uvicorn.access``
+    (or ``uvicorn``) and not ferrule's, ferrule's lines go to those handlers; otherwise the
+    uvicorn loggers get ferrule's handlers, so what an app logs to them is seen."""
+    loggers = (
+        ("ferrule.error", sys.stderr),
+        ("ferrule.access", sys.stdout),
+        ("ferrule.asgi", sys.stderr),
+    )
+    for name, stream in loggers:
         logger = logging.getLogger(name)
+        uvicorn = logging.getLogger(UVICORN_NAMES[name])
         logger.setLevel(level)
-        if not logger.handlers and not logging.getLogger().handlers:
-            colours = _is_terminal(stream) if use_colors is None else use_colors
-            handler = logging.StreamHandler(stream)
-            handler.setFormatter(_Formatter(colours))
-            logger.addHandler(handler)
+        if logger.handlers:
+            continue
+        if _configured_below_root(uvicorn):
+            logger.addHandler(_Forward(uvicorn))
             logger.propagate = False
+            logger.disabled = False  # a dictConfig that named only uvicorn's loggers
+            continue
+        if logging.getLogger().handlers:
+            continue
+        colours = _is_terminal(stream) if use_colors is None else use_colors
+        handler = _WholeRecords(stream)
+        handler.setFormatter(_Formatter(colours))
+        logger.addHandler(handler)
+        logger.propagate = False
+        if not uvicorn.handlers:
+            uvicorn.setLevel(level)
+            uvicorn.addHandler(handler)
+            uvicorn.propagate = False
+
+
+class _WholeRecords(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes each record, traceback and all, with one write(2): the workers of one server
+    share its stderr, and their records then never interleave within a line (a pipe write up
+    to 4 KiB is atomic; a terminal's too, in practice)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record) + self.terminator
+            fd = self.stream.fileno()
+        except (AttributeError, OSError, ValueError):  # no descriptor: a captured stream
+            super().emit(record)
+            return
+        except Exception:
+            self.handleError(record)
+            return
+        try:
+            self.stream.flush()
+            data = text.encode(getattr(self.stream, "encoding", None) or "utf-8", "replace")
+            while data:
+                data = data[os.write(fd, data) :]
+        except Exception:
+            self.handleError(record)
+
+
+def _configured_below_root(logger: logging.Logger) -> bool:
+    """Whether ``logger`` or an ancestor of it other than the root has a handler."""
+    current: logging.Logger | None = logger
+    while current is not None and current is not logging.getLogger():
+        if current.handlers:
+            return True
+        if not current.propagate:
+            return False
+        current = current.parent  # type: ignore[assignment]
+    return False
+
+
+class _Forward(logging.Handler):
+    """Hands ferrule's records to a uvicorn logger's handlers, as if logged there."""
+
+    def __init__(self, target: logging.Logger) -> None:
+        super().__init__()
+        self.target = target
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.target.isEnabledFor(record.levelno):
+            self.target.handle(record)
 
 
 def _is_terminal(stream: Any) -> bool:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import os
 import random
 import sys
+import traceback
 from typing import Any
 
 from ferrule.interface import InterfaceError, adapt
@@ -15,6 +17,7 @@ from ferrule.settings import (
     DEFAULT_HEAD_SIZE,
     KEY_PASSWORD_ENV,
     SETTINGS,
+    SettingError,
     as_list,
     parse_header,
 )
@@ -24,6 +27,7 @@ __all__ = [
     "STARTUP_FAILURE",
     "AppLoadError",
     "Config",
+    "SettingError",
     "as_list",
     "parse_header",
 ]
@@ -46,6 +50,9 @@ LOG_LEVELS = {
 #: uvicorn's ``--forwarded-allow-ips`` when ``$FORWARDED_ALLOW_IPS`` is not set: a proxy on
 #: the same host, over IPv4 or IPv6.
 DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"
+
+
+logger = logging.getLogger("ferrule.error")
 
 
 class AppLoadError(Exception):
@@ -73,14 +80,18 @@ class Config:
         for setting in SETTINGS:
             value = options[setting.name] if setting.name in options else setting.default_value()
             if setting.check is not None:
-                value = setting.check(value)
+                try:
+                    value = setting.check(value)
+                except ValueError as exc:
+                    raise SettingError(setting, str(exc)) from None
             setattr(self, setting.name, value)
         if self.workers is None:
             self.workers = workers_from_environment()
         if self.forwarded_allow_ips is None:
             self.forwarded_allow_ips = forwarded_allow_ips_from_environment()
         if self.http2 and self.http == "1":
-            raise ValueError("http2: HTTP/2 cannot be on with http 1 (HTTP/1.1 only)")
+            problem = "HTTP/2 cannot be on with http 1 (HTTP/1.1 only)"
+            raise SettingError(BY_NAME["http2"], problem)
         self._max_requests: int | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -106,10 +117,7 @@ class Config:
             return logging.INFO
         if isinstance(self.log_level, int):
             return self.log_level
-        try:
-            return LOG_LEVELS[self.log_level.lower()]
-        except KeyError:
-            raise ValueError(f"unknown log level {self.log_level!r}") from None
+        return LOG_LEVELS[self.log_level]
 
     @property
     def connection_limit(self) -> int:
@@ -160,6 +168,13 @@ class Config:
                 app = app()
             except TypeError as exc:
                 raise AppLoadError(f"Error loading ASGI app factory: {exc}") from exc
+        elif takes_no_arguments(app):
+            # An ASGI app takes (scope, receive, send): one that takes nothing is a factory.
+            logger.warning(
+                "ASGI app factory detected. Using it, but please consider setting the --factory "
+                "flag explicitly."
+            )
+            app = app()
         if not callable(app):
             raise AppLoadError(f"Error loading ASGI app: {self.app!r} is not callable.")
         try:
@@ -167,6 +182,17 @@ class Config:
         except InterfaceError as exc:
             raise AppLoadError(str(exc)) from None
         return app
+
+
+def takes_no_arguments(obj: Any) -> bool:
+    """Whether ``obj`` can be called with no arguments, as a factory can and an app cannot."""
+    try:
+        inspect.signature(obj).bind()
+    except TypeError:  # arguments needed
+        return False
+    except ValueError:  # no signature to look at (some builtins): not a factory we can tell
+        return False
+    return True
 
 
 def workers_from_environment() -> int:
@@ -180,9 +206,8 @@ def workers_from_environment() -> int:
     except ValueError:
         workers = 0
     if workers < 1:
-        raise ValueError(
-            f"workers: WEB_CONCURRENCY must be a number of worker processes, not {value!r}"
-        )
+        problem = f"WEB_CONCURRENCY must be a number of worker processes, not {value!r}"
+        raise SettingError(BY_NAME["workers"], problem)
     return workers
 
 
@@ -219,10 +244,14 @@ def import_from_string(import_string: str) -> Any:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name != module_name and not module_name.startswith(f"{exc.name}."):
-            raise
+            raise AppLoadError(_import_failed(module_name, exc)) from exc
         raise AppLoadError(
             f'Error loading ASGI app. Could not import module "{module_name}".'
         ) from exc
+    except Exception as exc:
+        # The app's own error (a syntax error, a missing setting): a startup failure (exit 3,
+        # which stops a supervisor's respawns), its traceback in one log record.
+        raise AppLoadError(_import_failed(module_name, exc)) from exc
     obj: Any = module
     try:
         for attr in attrs.split("."):
@@ -232,3 +261,8 @@ def import_from_string(import_string: str) -> Any:
             f'Error loading ASGI app. Attribute "{attrs}" not found in module "{module_name}".'
         ) from exc
     return obj
+
+
+def _import_failed(module_name: str, exc: BaseException) -> str:
+    trace = "".join(traceback.format_exception(exc)).rstrip()
+    return f'Error loading ASGI app. Importing module "{module_name}" raised:\n{trace}'

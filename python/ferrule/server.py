@@ -8,12 +8,13 @@ import logging
 import os
 import signal
 import socket
+import sys
 from typing import Any
 
 from ferrule import tls
 from ferrule._bridge import new_event_loop
 from ferrule._ferrule import Bridge, HttpServer
-from ferrule._logging import apply_log_config, configure_logging
+from ferrule._logging import TRACE, apply_log_config, configure_logging
 from ferrule.config import (
     STARTUP_FAILURE,
     AppLoadError,
@@ -23,6 +24,7 @@ from ferrule.config import (
 )
 from ferrule.interface import InterfaceError, wsgi_middleware
 from ferrule.lifespan import Lifespan, LifespanFailure
+from ferrule.message_log import MessageLogger
 from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
 from ferrule.supervisor import Reloader, Supervisor
 
@@ -32,11 +34,18 @@ logger = logging.getLogger("ferrule.error")
 def run(app: Any, **options: Any) -> int:
     """Serve ``app`` (an ASGI app or a ``"module:attribute"`` string) until stopped by a signal.
 
-    Options are uvicorn's, as keywords: ``host``, ``port``, ``uds``, ``workers``, ``loop``,
-    ``lifespan``, ``root_path``, ``timeout_keep_alive``, ``timeout_graceful_shutdown``, ... .
-    Returns the exit status: 0 after a clean shutdown, ``STARTUP_FAILURE`` (3, as uvicorn)
-    if it could not start.
+    Options are the settings' names (uvicorn's), as keywords: ``host``, ``port``, ``uds``,
+    ``workers``, ``loop``, ``lifespan``, ``root_path``, ... (``docs/settings.md``). Returns 0
+    after a clean shutdown. A server that could not start exits the program with status 3
+    (``SystemExit``), as ``uvicorn.run`` does, so that a script calling it does not exit 0.
     """
+    status = _run(app, **options)
+    if status == STARTUP_FAILURE:
+        sys.exit(STARTUP_FAILURE)
+    return status
+
+
+def _run(app: Any, **options: Any) -> int:
     config = Config(app=app, **options)
     try:
         if config.log_config is not None:
@@ -191,6 +200,8 @@ def _starting(
     if given, else the config's); None, the reason logged, if one of them cannot be had."""
     try:
         app = config.load_app()
+        if config.log_level_number <= TRACE:
+            app = MessageLogger(app)
         tls_files = tls.load(config)
         if sock is None:
             sock = listening_socket(config)
@@ -219,6 +230,10 @@ async def _serve(
     heartbeat: Heartbeat | None = None
     signals: _StopSignals | None = None
     try:
+        # Before lifespan startup: Ctrl-C while the app starts lets startup finish, then shuts
+        # down cleanly (no KeyboardInterrupt through the loop), as uvicorn does.
+        stop = stop or asyncio.Event()
+        signals = _StopSignals(loop, stop)
         lifespan = Lifespan(app, config.lifespan)
         try:
             await lifespan.startup()
@@ -226,8 +241,12 @@ async def _serve(
             logger.error("%s", exc)
             sock.close()
             return STARTUP_FAILURE
-        stop = stop or asyncio.Event()
-        signals = _StopSignals(loop, stop)
+        if stop.is_set() or (embedded is not None and embedded.should_exit):
+            sock.close()
+            signals.restore()
+            await lifespan.shutdown()
+            logger.info("Finished server process [%d]", os.getpid())
+            return 0
         try:
             server = HttpServer(
                 bridge,

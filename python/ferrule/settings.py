@@ -97,22 +97,33 @@ class Setting:
         return str(self.default)
 
 
-# Checks: each normalises one value or raises ValueError naming the setting.
+class SettingError(ValueError):
+    """A value a setting cannot take. ``str()`` names the setting as Python does
+    (``workers: must be at least 1``); the command line names its option instead."""
+
+    def __init__(self, setting: Setting, problem: str) -> None:
+        super().__init__(f"{setting.name}: {problem}")
+        self.setting = setting
+        self.problem = problem
 
 
-def _at_least(name: str, low: int) -> Callable[[Any], Any]:
+# Checks: each normalises one value or raises ValueError saying what is wrong with it (the
+# caller names the setting).
+
+
+def _at_least(low: int) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         if value is not None and value < low:
-            raise ValueError(f"{name} must be at least {low}")
+            raise ValueError(f"must be at least {low}, not {value}")
         return value
 
     return check
 
 
-def _choice(name: str, aliases: dict[str, str]) -> Callable[[Any], Any]:
+def _choice(aliases: dict[str, str]) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         if value not in aliases:
-            raise ValueError(f"{name} must be one of {', '.join(aliases)}, not {value!r}")
+            raise ValueError(f"must be one of {', '.join(aliases)}, not {value!r}")
         return aliases[value]
 
     return check
@@ -120,16 +131,22 @@ def _choice(name: str, aliases: dict[str, str]) -> Callable[[Any], Any]:
 
 def _seconds_or_zero(value: float) -> float:
     if not 0 <= value < float("inf"):
-        raise ValueError(
-            f"timeout_worker_healthcheck must be 0 (no health check) or more seconds, not {value}"
-        )
+        raise ValueError(f"must be 0 (no health check) or more seconds, not {value}")
     return value
 
 
 def _reload_delay(value: float) -> float:
     if not 0 < value < float("inf"):
-        raise ValueError(f"reload_delay must be more than 0 seconds, not {value}")
+        raise ValueError(f"must be more than 0 seconds, not {value}")
     return value
+
+
+def _log_level(value: str | int | None) -> str | int | None:
+    if value is None or isinstance(value, int):
+        return value
+    if not isinstance(value, str) or value.lower() not in LOG_LEVELS:
+        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)} or a number, not {value!r}")
+    return value.lower()
 
 
 def as_list(value: list[str] | str | None) -> list[str]:
@@ -143,7 +160,7 @@ def _directories(value: list[str] | str | None) -> list[str]:
     directories = as_list(value)
     for directory in directories:
         if not os.path.isdir(directory):
-            raise ValueError(f"reload_dirs: {directory!r} is not a directory")
+            raise ValueError(f"{directory!r} is not a directory")
     return directories
 
 
@@ -176,7 +193,7 @@ SSL_CIPHERS = "TLSv1"
 def _ssl_version(value: int) -> int:
     if value not in SSL_VERSIONS:
         raise ValueError(
-            f"ssl_version {value}: ferrule's TLS (rustls) negotiates TLS 1.3 or 1.2, whichever "
+            f"{value}: ferrule's TLS (rustls) negotiates TLS 1.3 or 1.2, whichever "
             "is the highest the client speaks, and cannot be held to one version; leave "
             f"--ssl-version out, or give {SSL_VERSIONS[0]} (ssl.PROTOCOL_TLS_SERVER, uvicorn's "
             f"default) or {SSL_VERSIONS[1]} (ssl.PROTOCOL_TLS), which mean just that"
@@ -187,7 +204,7 @@ def _ssl_version(value: int) -> int:
 def _ssl_ciphers(value: str | None) -> str | None:
     if value not in (None, SSL_CIPHERS):
         raise ValueError(
-            f"ssl_ciphers {value!r}: ferrule's TLS (rustls) uses its own cipher suites, which "
+            f"{value!r}: ferrule's TLS (rustls) uses its own cipher suites, which "
             "cannot be chosen: for TLS 1.3 AES-256-GCM, AES-128-GCM and ChaCha20-Poly1305; for "
             "TLS 1.2 the same with ECDHE (RSA or ECDSA keys); leave --ssl-ciphers out "
             f"(uvicorn's old default, {SSL_CIPHERS}, is taken to mean the same)"
@@ -203,15 +220,21 @@ MIN_HEAD_SIZE = 4096
 
 def _head_size(value: int | None) -> int | None:
     if value is not None and value < MIN_HEAD_SIZE:
-        raise ValueError(
-            f"h11_max_incomplete_event_size must be at least {MIN_HEAD_SIZE} bytes, not {value}"
-        )
+        raise ValueError(f"must be at least {MIN_HEAD_SIZE} bytes, not {value}")
     return value
 
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 #: uvicorn's ``--http`` implementations (h11, httptools) speak HTTP/1.1 only: ``1`` here.
-HTTP_CHOICES = {"auto": "auto", "1": "1", "2": "2", "h11": "1", "httptools": "1"}
+#: Its ``zttp`` (HTTP/1.1 and HTTP/2) is what ``auto`` serves.
+HTTP_CHOICES = {
+    "auto": "auto",
+    "1": "1",
+    "2": "2",
+    "h11": "1",
+    "httptools": "1",
+    "zttp": "auto",
+}
 #: uvicorn's ``--ws`` implementations all mean WebSockets on: ``auto`` here.
 WS_CHOICES = {
     "auto": "auto",
@@ -220,7 +243,14 @@ WS_CHOICES = {
     "websockets-sansio": "auto",
     "wsproto": "auto",
 }
-LOOPS = {"auto": "auto", "asyncio": "asyncio", "uvloop": "uvloop"}
+#: uvicorn's ``zuvloop`` is a uvloop; its ``none`` leaves asyncio's default loop.
+LOOPS = {
+    "auto": "auto",
+    "asyncio": "asyncio",
+    "uvloop": "uvloop",
+    "zuvloop": "uvloop",
+    "none": "asyncio",
+}
 LIFESPANS = {"auto": "auto", "on": "on", "off": "off"}
 INTERFACE_CHOICES = {name: name for name in INTERFACES}
 
@@ -272,7 +302,7 @@ SETTINGS: tuple[Setting, ...] = (
         "receive and send), wsgi (through a2wsgi) or auto (asgi2 for a class or a plain "
         "function of the scope alone, else asgi3).",
         choices=INTERFACES,
-        check=_choice("interface", INTERFACE_CHOICES),
+        check=_choice(INTERFACE_CHOICES),
     ),
     Setting(
         "lifespan",
@@ -281,7 +311,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Run the app's lifespan protocol: on (a failure stops the server), off, or auto (on, "
         "but an app that does not support it is served anyway).",
         choices=tuple(LIFESPANS),
-        check=_choice("lifespan", LIFESPANS),
+        check=_choice(LIFESPANS),
     ),
     Setting("root_path", "app", "", "The ASGI root_path: where the app is mounted behind a proxy."),
     Setting(
@@ -297,9 +327,10 @@ SETTINGS: tuple[Setting, ...] = (
         "loop",
         "app",
         "auto",
-        "The event loop: asyncio, uvloop, or auto (uvloop when installed).",
+        "The event loop: asyncio, uvloop, or auto (uvloop when installed); uvicorn's zuvloop "
+        "means uvloop and none asyncio.",
         choices=tuple(LOOPS),
-        check=_choice("loop", LOOPS),
+        check=_choice(LOOPS),
     ),
     Setting(
         "reset_contextvars",
@@ -317,7 +348,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Number of worker processes (not with --reload).",
         type=int,
         default_text="$WEB_CONCURRENCY if set, else 1",
-        check=_at_least("workers", 1),
+        check=_at_least(1),
         inherit=False,
     ),
     Setting(
@@ -337,7 +368,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Stop after this many requests (with --workers or --reload, the worker is replaced).",
         type=int,
         metavar="N",
-        check=_at_least("limit_max_requests", 1),
+        check=_at_least(1),
     ),
     Setting(
         "limit_max_requests_jitter",
@@ -347,7 +378,7 @@ SETTINGS: tuple[Setting, ...] = (
         "restart at once.",
         type=int,
         metavar="N",
-        check=_at_least("limit_max_requests_jitter", 0),
+        check=_at_least(0),
     ),
     Setting(
         "reload",
@@ -458,7 +489,7 @@ SETTINGS: tuple[Setting, ...] = (
         type=int,
         metavar="N",
         default_text="what the open-file limit allows, raised to its hard limit",
-        check=_at_least("max_connections", 1),
+        check=_at_least(1),
         uvicorn=False,
     ),
     # Logging
@@ -468,6 +499,7 @@ SETTINGS: tuple[Setting, ...] = (
         "info",
         "The server's log level.",
         choices=LOG_LEVELS,
+        check=_log_level,
     ),
     Setting(
         "access_log",
@@ -590,7 +622,7 @@ SETTINGS: tuple[Setting, ...] = (
         "WebSockets: auto (on) or none; uvicorn's websockets, websockets-sansio and wsproto "
         "mean auto.",
         choices=tuple(WS_CHOICES),
-        check=_choice("ws", WS_CHOICES),
+        check=_choice(WS_CHOICES),
     ),
     Setting(
         "ws_max_size",
@@ -607,7 +639,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Client messages queued for the app before the socket stops being read.",
         type=int,
         metavar="N",
-        check=_at_least("ws_max_queue", 1),
+        check=_at_least(1),
     ),
     Setting(
         "ws_ping_interval",
@@ -640,9 +672,9 @@ SETTINGS: tuple[Setting, ...] = (
         "http",
         "auto",
         "HTTP versions: auto (HTTP/1.1, HTTP/2 by prior knowledge, and by ALPN over TLS), 1 or "
-        "2; uvicorn's h11 and httptools mean 1.",
+        "2; uvicorn's h11 and httptools mean 1, its zttp auto.",
         choices=tuple(HTTP_CHOICES),
-        check=_choice("http", HTTP_CHOICES),
+        check=_choice(HTTP_CHOICES),
     ),
     Setting(
         "http2",

@@ -28,6 +28,11 @@ logger = logging.getLogger("ferrule.error")
 #: before its silence counts against the health check: generous, as imports can be slow.
 WORKER_STARTUP_GRACE = 300.0
 
+#: The pause before replacing a worker that died before it served, doubled at each such death
+#: up to the maximum: an app that crashes at import does not respawn in a tight loop.
+FIRST_CRASH_DELAY = 0.5
+MAX_CRASH_DELAY = 30.0
+
 #: Signals the supervisor acts on as uvicorn's does: restart the workers, one more, one fewer.
 MANAGEMENT_SIGNALS = (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU)
 
@@ -91,6 +96,10 @@ class Supervisor:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.workers: list[Worker] = []
+        # When to start a worker again in place of one that died before serving, and the
+        # pause after the next such death (doubled each time, reset once a worker serves).
+        self.respawns: list[float] = []
+        self.crash_delay = FIRST_CRASH_DELAY
         # Workers sent SIGTERM (failed health check, replaced, one fewer): not waited for yet.
         self.retiring: list[Worker] = []
         self.stopping = False
@@ -112,6 +121,7 @@ class Supervisor:
         while not self.stopping:
             self._handle_signals(sock)
             now = time.monotonic()
+            gone: list[Worker] = []  # died before serving: replaced later (self.respawns)
             for i, worker in enumerate(self.workers):
                 if self.stopping:
                     break
@@ -125,19 +135,38 @@ class Supervisor:
                         self.stopping = True
                         status = STARTUP_FAILURE
                         break
+                    worker.close()
                     if worker.process.returncode == 0:  # it stopped itself: --limit-max-requests
                         logger.info("Worker [%d] finished; starting a new one", worker.pid)
-                    else:
+                    elif worker.serving:
                         logger.warning(
                             "Worker [%d] died (%s); starting a new one",
                             worker.pid,
                             worker.process.returncode,
                         )
-                    worker.close()
+                    else:
+                        # Died before serving: the next one would likely die the same way, so
+                        # wait longer each time rather than flood the log with respawns.
+                        self.respawns.append(now + self.crash_delay)
+                        logger.warning(
+                            "Worker [%d] died before serving (%s); starting a new one in %g s",
+                            worker.pid,
+                            worker.process.returncode,
+                            self.crash_delay,
+                        )
+                        self.crash_delay = min(2 * self.crash_delay, MAX_CRASH_DELAY)
+                        gone.append(worker)
+                        continue
                     self.workers[i] = Worker(self.config, sock)
                 elif not self._healthy(worker, now):
                     self._retire(worker, now)
                     self.workers[i] = Worker(self.config, sock)
+                elif worker.serving:
+                    self.crash_delay = FIRST_CRASH_DELAY
+            self.workers = [worker for worker in self.workers if worker not in gone]
+            while self.respawns and self.respawns[0] <= now and not self.stopping:
+                self.respawns.pop(0)
+                self.workers.append(Worker(self.config, sock))
             self._reap_retiring(now)
             time.sleep(0.1)
         everyone = self.workers + self.retiring

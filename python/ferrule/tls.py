@@ -51,10 +51,11 @@ def load(config: Config) -> TlsFiles | None:
     """The TLS files the options name, read; None when TLS is off."""
     if config.ssl_certfile is None and config.ssl_keyfile is None:
         return None
-    if config.ssl_certfile is None or config.ssl_keyfile is None:
-        raise TlsConfigError("TLS needs both --ssl-certfile and --ssl-keyfile")
+    if config.ssl_certfile is None:
+        raise TlsConfigError("--ssl-keyfile needs --ssl-certfile, the certificate chain")
     cert = _read(config.ssl_certfile, "certificate file")
-    key = _read(config.ssl_keyfile, "key file")
+    # As uvicorn (ssl's load_cert_chain): without --ssl-keyfile the key is in the same PEM.
+    key = cert if config.ssl_keyfile is None else _read(config.ssl_keyfile, "key file")
     if config.ssl_keyfile_password is not None:
         key = _decrypt(key, config.ssl_keyfile_password)
     ca_certs = None

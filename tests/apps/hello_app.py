@@ -10,6 +10,9 @@ from asgi_helpers import query, send_json
 
 IMPORTED_IN = os.getpid()
 
+if os.environ.get("FERRULE_TEST_EXIT_AT_IMPORT"):
+    raise SystemExit(1)  # a process that dies before serving, not a startup failure (3)
+
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":

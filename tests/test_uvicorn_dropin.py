@@ -1,0 +1,216 @@
+"""A uvicorn user's habits, tried on ferrule: environment variables, factories, loggers,
+exit statuses, error messages and certificate files as uvicorn takes them."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ferrule
+import pytest
+from certs import Certs
+from serverutil import (
+    ServerProcess,
+    base_env,
+    ferrule_command,
+    free_port,
+    run_to_exit,
+    running_server,
+)
+
+
+def test_uvicorn_environment_variables_set_options() -> None:
+    """Rule: every option may come from ``UVICORN_NAME`` (uvicorn reads them all through
+    click) or ``FERRULE_NAME``, the command line winning; ``UVICORN_APP`` names the app.
+    Broken: the variables ignored, so the server listened on 8000 (seen before they were
+    read: the running line said 8000)."""
+    port = free_port()
+    env = {
+        "UVICORN_APP": "hello_app:app",
+        "UVICORN_PORT": str(port),
+        "UVICORN_ROOT_PATH": "/from-uvicorn-env",
+        "FERRULE_HEADERS": "x-one:1 x-two:2",
+        "UVICORN_SERVER_HEADER": "false",
+    }
+    srv = ServerProcess(ferrule_command("--access-log"), env=env)
+    try:
+        srv.wait_running()
+        assert srv.port == port, srv.describe()
+        response = srv.get("/from-uvicorn-env/scope")
+        assert response.json()["root_path"] == "/from-uvicorn-env"
+        assert (response.headers["x-one"], response.headers["x-two"]) == ("1", "2")
+        assert "server" not in response.headers
+    finally:
+        srv.close()
+    given = {"UVICORN_PORT": "1", "UVICORN_ROOT_PATH": "/env"}
+    with running_server("hello_app:app", "--root-path", "/cli", env=given) as srv:
+        assert srv.get("/cli/scope").json()["root_path"] == "/cli"
+
+
+def test_a_bad_environment_value_is_a_usage_error_naming_the_variable() -> None:
+    """Rule: ``UVICORN_PORT=abc`` is a usage error (exit 2) naming the variable. Broken: a
+    traceback, or the value ignored."""
+    result = run_to_exit(ferrule_command("hello_app:app"), env={"UVICORN_PORT": "abc"})
+    assert result.returncode == 2, result.describe()
+    assert "UVICORN_PORT" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_uvicorn_054_protocol_and_loop_names_are_accepted() -> None:
+    """Rule: uvicorn 0.54's ``--http zttp`` (its HTTP/1.1 + HTTP/2 parser) and ``--loop
+    zuvloop`` / ``--loop none`` start the server (as auto and uvloop/asyncio). Broken: exit 2,
+    "invalid choice"."""
+    for args in (["--http", "zttp"], ["--loop", "zuvloop"], ["--loop", "none"]):
+        with running_server("hello_app:app", *args) as srv:
+            assert srv.get("/").status_code == 200, srv.describe()
+
+
+def test_app_factory_without_the_factory_flag_is_detected() -> None:
+    """Rule: an app string naming a zero-argument callable is called to make the app, with
+    uvicorn's warning. Broken: served as the app itself, so "lifespan appears unsupported"
+    and a 500 on every request (seen before the detection)."""
+    with running_server("dropin_apps:create_app") as srv:
+        response = srv.get("/")
+        assert (response.status_code, response.text) == (200, "made by the factory")
+    assert "ASGI app factory detected" in srv.stderr, srv.describe()
+    assert "appears unsupported" not in srv.stderr, srv.describe()
+
+
+def test_app_logging_to_uvicorn_error_is_printed() -> None:
+    """Rule: what an app logs to ``logging.getLogger("uvicorn.error")`` is printed as ferrule's
+    own lines are. Broken: nothing printed (an INFO record reached no handler)."""
+    with running_server("dropin_apps:logs_to_uvicorn") as srv:
+        assert srv.get("/").text == "logged"
+        srv.wait_for_output(r"INFO: +app says hello through uvicorn.error", 5)
+
+
+def test_a_log_config_for_uvicorn_loggers_formats_ferrules_lines(tmp_path: Path) -> None:
+    """Rule: a ``--log-config`` written for uvicorn (handlers on ``uvicorn``, ``uvicorn.error``
+    and ``uvicorn.access``, existing loggers disabled) formats ferrule's server and access
+    lines. Broken: silently ignored, ferrule's default format printed (seen before)."""
+    config = {
+        "version": 1,
+        "formatters": {"custom": {"format": "UVCONF %(levelname)s %(message)s"}},
+        "handlers": {"err": {"class": "logging.StreamHandler", "formatter": "custom"}},
+        "loggers": {
+            "uvicorn": {"handlers": ["err"], "level": "INFO"},
+            "uvicorn.error": {"level": "INFO"},
+            "uvicorn.access": {"handlers": ["err"], "level": "INFO", "propagate": False},
+        },
+    }
+    path = tmp_path / "uvicorn-logging.json"
+    path.write_text(json.dumps(config))
+    with running_server("hello_app:app", "--log-config", str(path)) as srv:
+        srv.get("/")
+        srv.wait_for_output(r'UVCONF INFO .*"GET / HTTP/1.1" 200', 5)
+    assert re.search(r"^UVCONF INFO ferrule running on", srv.stderr, re.M), srv.describe()
+
+
+def test_run_exits_3_when_the_server_cannot_start(tmp_path: Path) -> None:
+    """Rule: ``ferrule.run()`` in a script whose server cannot start (port taken, app not
+    importable) ends the program with status 3, as ``uvicorn.run`` does. Broken: run()
+    returned 3 and the script went on to exit 0 (seen before)."""
+    script = tmp_path / "serve.py"
+    script.write_text("import ferrule\nferrule.run('no_such_module:app', port=0)\nprint('after')\n")
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=30, env=base_env()
+    )
+    assert result.returncode == 3, result.stderr
+    assert "after" not in result.stdout
+
+
+def test_app_raising_at_import_with_workers_exits_3_at_once() -> None:
+    """Rule: with ``--workers 2``, an app that raises at import stops the server with status 3
+    after its first failures, each traceback whole on its own lines. Broken: workers
+    respawned without a pause (48 in 5 s), exit 1 or no exit, tracebacks interleaved."""
+    env = {"DROPIN_RAISE_AT_IMPORT": "no database"}
+    started = time.monotonic()
+    result = run_to_exit(
+        ferrule_command("dropin_apps:create_app", "--port", "0", "--workers", "2"),
+        env=env,
+        timeout=30,
+    )
+    assert result.returncode == 3, result.describe()
+    assert time.monotonic() - started < 20, result.describe()
+    assert result.stderr.count("Started worker process") <= 3, result.describe()
+    for line in result.stderr.splitlines():
+        if "RuntimeError: " in line:
+            assert line == "RuntimeError: this app cannot start: no database", result.describe()
+
+
+def test_a_worker_crashing_before_serving_is_respawned_with_a_growing_pause() -> None:
+    """Rule: a worker that dies before serving (not a startup failure: killed, or exiting 1)
+    is replaced after a pause that doubles each time, not in a tight loop. Broken: dozens of
+    "Started worker process" lines a second."""
+    # hello_app exits 1 before serving when FERRULE_TEST_EXIT_AT_IMPORT is set.
+    env = {"FERRULE_TEST_EXIT_AT_IMPORT": "1"}
+    with running_server("hello_app:app", "--workers", "2", env=env, wait=False) as srv:
+        time.sleep(4)
+        starts = srv.stderr.count("Started worker process")
+    assert 3 <= starts <= 10, srv.describe()
+    assert "died before serving (1); starting a new one in" in srv.stderr, srv.describe()
+
+
+def test_one_pem_holding_certificate_and_key(certs: Certs, tmp_path: Path) -> None:
+    """Rule: ``--ssl-certfile`` naming a PEM that holds the certificate and the key serves TLS
+    without ``--ssl-keyfile``, as uvicorn (``ssl.load_cert_chain``) does. Broken: refused,
+    "TLS needs both --ssl-certfile and --ssl-keyfile"."""
+    both = tmp_path / "both.pem"
+    both.write_bytes(certs.server_cert.read_bytes() + certs.server_key.read_bytes())
+    with running_server("hello_app:app", "--ssl-certfile", str(both)) as srv:
+        assert srv.scheme == "https", srv.describe()
+        context = ssl.create_default_context(cafile=str(certs.ca))
+        with srv.client(verify=context) as client:
+            assert client.get("/").status_code == 200
+
+
+def test_usage_errors_name_the_option_in_three_lines() -> None:
+    """Rule: a bad value is a short usage error naming the option as typed. Broken: a 40-line
+    usage block first, or the Python field's name."""
+    result = run_to_exit(ferrule_command("hello_app:app", "--workers", "0"))
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == "Error: argument --workers: must be at least 1, not 0"
+    assert len(result.stderr.splitlines()) == 4, result.describe()
+
+
+def test_config_refuses_an_unknown_log_level_at_once() -> None:
+    """Rule: ``Config(app, log_level="verbose")`` raises ValueError naming the setting when
+    made. Broken: accepted, failing later with a traceback inside the server."""
+    with pytest.raises(ValueError, match="log_level"):
+        ferrule.Config("hello_app:app", log_level="verbose")
+
+
+def test_ctrl_c_during_lifespan_startup_shuts_down_cleanly() -> None:
+    """Rule: SIGINT while lifespan startup runs lets startup finish, then runs lifespan
+    shutdown and exits 0, with no traceback and no "appears unsupported", as uvicorn. Broken:
+    a KeyboardInterrupt traceback through the loop, "lifespan appears unsupported", "Task was
+    destroyed but it is pending!" (seen before the signal handlers went in first)."""
+    env = {"FERRULE_TEST_STARTUP_DELAY": "1.5"}
+    args = ("--lifespan", "on")
+    with running_server("lifespan_apps:slow_startup", *args, env=env, wait=False) as srv:
+        srv.wait_for_output(r"Waiting for application startup", 10)
+        srv.send_signal(signal.SIGINT)
+        code = srv.wait_exit(15)
+    assert code == 0, srv.describe()
+    assert "Application shutdown complete" in srv.stderr, srv.describe()
+    for bad in ("Traceback", "appears unsupported", "destroyed but it is pending"):
+        assert bad not in srv.stderr, srv.describe()
+    assert "running on" not in srv.stderr, srv.describe()
+
+
+def test_log_level_trace_logs_asgi_messages() -> None:
+    """Rule: ``--log-level trace`` logs each ASGI message both ways (uvicorn's ``ASGI [N] Send``
+    lines), and ``info`` does not. Broken: trace showing nothing more than info."""
+    with running_server("hello_app:app", "--log-level", "trace") as srv:
+        srv.get("/")
+        srv.wait_for_output(r"TRACE: +ASGI \[\d+\] Send \{'type': 'http.response.start'", 5)
+        assert re.search(r"ASGI \[\d+\] Started scope=\{.*'path': '/'", srv.stderr)
+        assert re.search(r"ASGI \[\d+\] Completed", srv.stderr), srv.describe()
+    with running_server("hello_app:app", "--log-level", "info") as srv:
+        srv.get("/")
+    assert "ASGI [" not in srv.stderr, srv.describe()
