@@ -123,3 +123,80 @@ def test_a_server_that_cannot_start_raises_system_exit_3() -> None:
     assert "exit status: 3" in result.stdout, result.describe()
     assert "program goes on" in result.stdout, result.describe()
     assert "address already in use" in result.stderr.lower(), result.describe()
+
+
+STEPS = """
+import asyncio, signal, socket
+import ferrule
+
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"stepped"})
+
+async def get(port):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET / HTTP/1.1\\r\\nHost: t\\r\\nConnection: close\\r\\n\\r\\n")
+    data = await reader.read()
+    writer.close()
+    return data.rsplit(b"\\r\\n", 1)[-1].decode()
+
+async def main():
+    config = ferrule.Config(app, port=0, lifespan="off", log_level="warning", http="h11")
+    config.load()
+    print("loaded:", config.loaded, callable(config.loaded_app), config.http)
+    sock = config.bind_socket()
+    server = ferrule.Server(config)
+    await server.startup(sockets=[sock])
+    port = server.servers[0].sockets[0].getsockname()[1]
+    print("started:", server.started, port == sock.getsockname()[1])
+    print("answer:", await get(port))
+    server.handle_exit(signal.SIGINT, None)
+    await server.main_loop()
+    await server.shutdown()
+    print("stopped:", server.started, server.limit_max_requests)
+
+asyncio.run(main())
+"""
+
+
+def test_startup_main_loop_shutdown_step_by_step() -> None:
+    """Rule: uvicorn's ``Config.load()``, ``Config.bind_socket()``, ``Server.startup()``,
+    ``servers[0].sockets``, ``handle_exit()``, ``main_loop()`` and ``shutdown()`` work as
+    embedding code and test helpers call them, and uvicorn's protocol names are taken. Broken:
+    AttributeError on each of them (seen before they existed)."""
+    result = run_to_exit([sys.executable, "-c", STEPS], timeout=30)
+    assert result.returncode == 0, result.describe()
+    assert "loaded: True True 1" in result.stdout, result.describe()
+    assert "started: True True" in result.stdout, result.describe()
+    assert "answer: stepped" in result.stdout, result.describe()
+    assert "stopped: False None" in result.stdout, result.describe()
+
+
+RERAISE = """
+import os, signal, time, threading
+import ferrule
+
+seen = []
+signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+
+async def app(scope, receive, send):
+    if scope["type"] == "http":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+server = ferrule.Server(ferrule.Config(app, port=0, lifespan="off", log_level="warning"))
+threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+server.run()
+print("program's handler ran:", seen == [signal.SIGTERM])
+"""
+
+
+def test_signal_is_raised_again_for_the_programs_handler() -> None:
+    """Rule: after a SIGTERM-driven shutdown, the handler the program had installed runs (the
+    signal is raised again once it is put back), as uvicorn does. Broken: the program never
+    hears of the signal (seen before)."""
+    result = run_to_exit([sys.executable, "-c", RERAISE], timeout=30)
+    assert result.returncode == 0, result.describe()
+    assert "program's handler ran: True" in result.stdout, result.describe()

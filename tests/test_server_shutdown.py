@@ -173,3 +173,38 @@ def test_shutdown_under_load(tmp_path: Path) -> None:
                 thread.join(5)
     assert is_clean_exit(code), server.describe()
     assert read_events(events)[-1] == "shutdown", read_events(events)[-5:]
+
+
+@pytest.mark.xfail(strict=True, reason="the server core keeps the first drain timeout it is given")
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_second_signal_forces_the_exit(tmp_path: Path, second: int) -> None:
+    """Rule: with a request that would run for a minute and no graceful timeout, the first
+    Ctrl-C says "Waiting for connections to close. (CTRL+C to force quit)" and a second SIGINT
+    or SIGTERM cancels the request and exits at once, as uvicorn's second Ctrl-C does (a
+    second SIGTERM too: ``docker stop`` then needs no SIGKILL). Broken: the second and third
+    signals ignored, the process alive until SIGKILL (seen before)."""
+    events, env = events_env(tmp_path)
+    with running_server("shutdown_app:app", env=env) as server:
+        request = Background(server, "/slow?sleep=60&key=long")
+        wait_for_event(events, "start long")
+        server.send_signal(signal.SIGINT)
+        server.wait_for_output(r"Waiting for connections to close\. \(CTRL\+C to force quit\)", 5)
+        started = time.monotonic()
+        server.send_signal(second)
+        code = server.wait_exit(10)
+        elapsed = time.monotonic() - started
+        request.join()
+    assert is_clean_exit(code) or code == -second, server.describe()
+    assert elapsed < 5, f"exited {elapsed:.1f}s after the second signal"
+    assert "cancelled long" in read_events(events)
+    assert "Traceback" not in server.stderr, server.describe()
+
+
+def test_started_and_finished_lines_name_the_process(tmp_path: Path) -> None:
+    """Rule: the server logs uvicorn's "Started server process [PID]" and "Finished server
+    process [PID]". Broken: only the second (seen before)."""
+    with running_server("hello_app:app") as server:
+        pid = server.pid
+        server.stop(signal.SIGINT)
+    assert f"Started server process [{pid}]" in server.stderr, server.describe()
+    assert f"Finished server process [{pid}]" in server.stderr, server.describe()

@@ -7,6 +7,7 @@ import inspect
 import logging
 import os
 import random
+import socket
 import sys
 import traceback
 from typing import Any
@@ -75,6 +76,8 @@ class Config:
             if name not in BY_NAME:
                 raise TypeError(f"Config() got an unexpected keyword argument {name!r}")
         self.app = app
+        self.loaded = False
+        self.loaded_app: Any = None
         self.worker = False
         self.heartbeat_fd = None
         for setting in SETTINGS:
@@ -106,6 +109,34 @@ class Config:
             if getattr(self, s.name) != s.default and s.name != "ssl_keyfile_password"
         )
         return f"Config(app={self.app!r}{', ' if shown else ''}{shown})"
+
+    @property
+    def is_ssl(self) -> bool:
+        return bool(self.ssl_certfile or self.ssl_keyfile)
+
+    @property
+    def use_subprocess(self) -> bool:
+        """Whether a parent process supervises workers (``--reload`` or ``--workers``)."""
+        return bool(self.reload or self.workers > 1)
+
+    @property
+    def should_reload(self) -> bool:
+        return isinstance(self.app, str) and self.reload
+
+    def load(self) -> None:
+        """uvicorn's ``Config.load``: loads the app now (``loaded_app``) rather than when the
+        server starts; the server then serves that object."""
+        self.loaded_app = self.load_app()
+        self.loaded = True
+
+    def bind_socket(self) -> socket.socket:
+        """The listening socket of this config's address, bound now (inheritable, as a parent
+        process shares it with its workers), for ``Server.serve(sockets=[...])``."""
+        from ferrule.sockets import listening_socket
+
+        sock = listening_socket(self)
+        sock.set_inheritable(True)
+        return sock
 
     def inherited(self) -> dict[str, Any]:
         """The settings a worker process takes from its parent, by name, as JSON-ready data."""

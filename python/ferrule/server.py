@@ -4,11 +4,17 @@ that supervises workers (`ferrule.supervisor`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import os
 import signal
 import socket
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 from ferrule import tls
@@ -112,22 +118,12 @@ def load_env_file(path: str) -> None:
 
 
 def serve(config: Config) -> int:
-    """Serve in this process: load the app (before the loop, as uvicorn), run lifespan, serve
-    until SIGINT or SIGTERM."""
-    starting = _starting(config)
-    if starting is None:
-        return STARTUP_FAILURE
-    app, tls_files, sock = starting
-    socket_file = bound_socket_file(config)
-    loop = new_event_loop(config.loop)
-    asyncio.set_event_loop(loop)
+    """Serve in this process until SIGINT or SIGTERM; returns the exit status."""
     try:
-        return loop.run_until_complete(_serve(config, app, sock, tls_files))
-    finally:
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        asyncio.set_event_loop(None)
-        loop.close()
-        remove_socket_file(config, socket_file)
+        Server(config).run()
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
 
 
 # The bridge of the server running in this process, for counters() (None when not serving).
@@ -142,55 +138,285 @@ def counters() -> dict[str, int] | None:
     return None if bridge is None else bridge.counters()
 
 
+#: The signals that stop a server: the first gracefully, a second at once.
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 class Server:
-    """uvicorn's ``Server``, for a program that runs its own event loop: ``await
-    Server(Config(app, port=...)).serve()`` serves on that loop, next to the program's own
-    tasks, until ``should_exit`` is set (or SIGINT/SIGTERM, when serving on the main thread;
-    the handlers in place before are put back after). ``force_exit`` stops without the
-    graceful wait. ``started`` is true while connections are accepted. A server that cannot
-    start logs why and raises ``SystemExit(3)``, as uvicorn's does. ``sockets``: one bound
-    socket to serve instead of the config's address (the server takes ownership of it)."""
+    """uvicorn's ``Server``: ``Server(config).run()`` serves on a new event loop, ``await
+    Server(config).serve()`` on the running one, next to the program's own tasks. It stops when
+    ``should_exit`` is set, on SIGINT or SIGTERM (on the main thread: ``capture_signals``), or
+    after ``limit_max_requests``; a second signal (or ``force_exit``) cancels what is still
+    running instead of waiting for it. ``started`` is true while connections are accepted. A
+    server that cannot start logs why and raises ``SystemExit(3)``. ``sockets``: one bound
+    socket to serve instead of the config's address (the server takes ownership of it).
+
+    ``startup``, ``main_loop`` and ``shutdown`` are the three steps ``serve`` takes, for
+    programs (and test helpers) that drive them one by one."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
         self.started = False
         self.should_exit = False
         self.force_exit = False
+        #: The listening servers, as asyncio's (``sockets``, ``close()``, ``wait_closed()``).
+        self.servers: list[Listening] = []
+        self.lifespan: Lifespan | None = None
+        self.last_notified = 0.0
+        self._captured_signals: list[int] = []
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._http: Any = None
+        self._stopped: asyncio.Future[Any] | None = None
+        self._bridge: Bridge | None = None
+        self._heartbeat: Heartbeat | None = None
+        self._socket_file: tuple[int, int] | None = None
+
+    @functools.cached_property
+    def limit_max_requests(self) -> int | None:
+        """``--limit-max-requests`` with its jitter drawn: the requests this server takes."""
+        return self.config.max_requests
 
     def run(self, sockets: list[socket.socket] | None = None) -> None:
         """Serves on a new event loop of the config's kind, until stopped."""
         loop = new_event_loop(self.config.loop)
+        asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(self.serve(sockets))
         finally:
             loop.run_until_complete(loop.shutdown_asyncgens())
+            asyncio.set_event_loop(None)
             loop.close()
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        with self.capture_signals():
+            await self._serve(sockets)
+
+    async def _serve(self, sockets: list[socket.socket] | None) -> None:
+        configure_logging(self.config.log_level_number, self.config.use_colors)
+        logger.info("Started server process [%d]", os.getpid())
+        try:
+            await self.startup(sockets)
+            if not self.should_exit:
+                await self.main_loop()
+            if self.started:
+                await self.shutdown(sockets)
+            elif self.lifespan is not None:  # stopped during lifespan startup
+                await self.lifespan.shutdown()
+            logger.info("Finished server process [%d]", os.getpid())
+        finally:
+            self._close()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """Loads the app, runs lifespan startup, binds (or takes ``sockets``) and serves."""
+        global _serving_bridge
         config = self.config
-        configure_logging(config.log_level_number, config.use_colors)
         if sockets is not None and len(sockets) != 1:
             raise ValueError("ferrule serves one socket: give a list of one")
+        loop = self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        if self.should_exit:
+            self._wake.set()
         starting = _starting(config, sockets[0] if sockets else None)
         if starting is None:
             raise SystemExit(STARTUP_FAILURE)
         app, tls_files, sock = starting
-        socket_file = None if sockets else bound_socket_file(config)
-        stop = asyncio.Event()
-        watcher = asyncio.ensure_future(self._watch(stop))
+        self._socket_file = None if sockets else bound_socket_file(config)
+        bridge = self._bridge = Bridge(loop, budget=config.budget, trace=config.trace_requests)
+        _serving_bridge = bridge
+        self.lifespan = Lifespan(app, config.lifespan)
         try:
-            status = await _serve(config, app, sock, tls_files, stop, self)
-        finally:
-            watcher.cancel()
-            self.started = False
-            remove_socket_file(config, socket_file)
-        if status:
-            raise SystemExit(status)
+            await self.lifespan.startup()
+        except LifespanFailure as exc:
+            logger.error("%s", exc)
+            sock.close()
+            raise SystemExit(STARTUP_FAILURE) from None
+        if self.should_exit:  # Ctrl-C during startup: stop without serving, as uvicorn
+            sock.close()
+            return
+        try:
+            http = self._http = _http_server(bridge, app, config, self.lifespan.state, tls_files)
+        except ValueError as exc:  # TLS material rustls refuses, an invalid --header
+            logger.error("%s", exc)
+            sock.close()
+            await self.lifespan.shutdown()
+            raise SystemExit(STARTUP_FAILURE) from None
+        where = describe(sock, config)
+        # The server core serves a duplicate of the socket; this one stays for ``servers``.
+        if sock.family == socket.AF_UNIX:
+            stopped = http.serve_unix(os.dup(sock.fileno()), config.uds)
+        else:
+            stopped = http.serve_tcp(os.dup(sock.fileno()))
+        self._stopped = asyncio.ensure_future(_until(stopped))
+        self.servers = [Listening(sock)]
+        if not config.worker:  # a worker's parent said where, once for all (as uvicorn)
+            logger.info("ferrule running on %s (Press CTRL+C to quit)", where)
+        if config.heartbeat_fd is not None:
+            self._heartbeat = Heartbeat(
+                loop, config.heartbeat_fd, config.timeout_worker_healthcheck
+            )
+        self.started = True
 
-    async def _watch(self, stop: asyncio.Event) -> None:
-        while not (self.should_exit or self.force_exit):
-            await asyncio.sleep(0.1)
-        stop.set()
+    async def main_loop(self) -> None:
+        """Serves until told to stop: ``should_exit``, a signal, or the server stopping itself
+        (``--limit-max-requests``). Looks at ``should_exit`` every 0.1 s, as uvicorn does."""
+        assert self._wake is not None and self._stopped is not None
+        while not self.should_exit:
+            waker = asyncio.ensure_future(self._wake.wait())
+            await asyncio.wait({waker, self._stopped}, timeout=0.1)
+            waker.cancel()
+            self._wake.clear()
+            await self.on_tick()
+            if self._stopped.done():
+                self._stopped.result()  # a failure of the server core, raised here
+                logger.warning(
+                    "Maximum request limit of %d exceeded. Terminating process.",
+                    self.limit_max_requests,
+                )
+                return
+
+    async def on_tick(self) -> None:
+        """uvicorn's ``callback_notify``, every ``timeout_notify`` seconds."""
+        callback = self.config.callback_notify
+        if callback is not None:
+            now = time.monotonic()
+            if now - self.last_notified > self.config.timeout_notify:
+                self.last_notified = now
+                await callback()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """Stops accepting, lets requests and WebSockets in progress finish (at most
+        ``timeout_graceful_shutdown``; a second signal or ``force_exit`` cancels them at once),
+        then runs lifespan shutdown (not when forced)."""
+        assert self._stopped is not None and self._bridge is not None
+        logger.info("Shutting down")
+        for server in self.servers:
+            server.close()
+        timeout = self.config.timeout_graceful_shutdown
+        self._http.shutdown(0.0 if self.force_exit else timeout)
+        if not self._stopped.done() and not self.force_exit:
+            logger.info("Waiting for connections to close. (CTRL+C to force quit)")
+            while not self._stopped.done() and not self.force_exit:
+                assert self._wake is not None
+                waker = asyncio.ensure_future(self._wake.wait())
+                await asyncio.wait({waker, self._stopped}, return_when=asyncio.FIRST_COMPLETED)
+                waker.cancel()
+                self._wake.clear()
+            if self.force_exit:
+                self._http.shutdown(0.0)
+        await self._stopped
+        await _apps_finished(self._bridge, 0.0 if self.force_exit else timeout)
+        self.started = False
+        if self.lifespan is not None and not self.force_exit:
+            await self.lifespan.shutdown()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """SIGINT and SIGTERM call ``handle_exit`` while serving (on the main thread only;
+        elsewhere the program stops the server). The handlers there were before are put back
+        after, and a signal received is then raised again for a handler the program had
+        installed itself, so that it runs too."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {signum: signal.signal(signum, self.handle_exit) for signum in HANDLED_SIGNALS}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        for signum in reversed(self._captured_signals):
+            if previous[signum] not in (signal.SIG_DFL, signal.default_int_handler, None):
+                signal.raise_signal(signum)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """A stop signal: the first stops gracefully, the next forces the exit."""
+        self._captured_signals.append(sig)
+        if self.should_exit:
+            self.force_exit = True
+        else:
+            self.should_exit = True
+        if self._loop is not None and self._wake is not None:
+            # Run between two bytecodes of the loop thread: set the event through the loop.
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                self._loop.call_soon_threadsafe(self._wake.set)
+
+    def _close(self) -> None:
+        global _serving_bridge
+        self.started = False
+        for server in self.servers:
+            server.close()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
+        if self._bridge is not None:
+            if _serving_bridge is self._bridge:
+                _serving_bridge = None
+            self._bridge.close()
+            self._bridge = None
+        remove_socket_file(self.config, self._socket_file)
+        self._socket_file = None
+
+
+class Listening:
+    """A listening socket as ``Server.servers`` lists it, in the shape of ``asyncio.Server``
+    (``sockets``, ``close()``, ``wait_closed()``, ``is_serving()``): the server core serves a
+    duplicate of it."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sockets = [sock]
+        self._closed = False
+
+    def is_serving(self) -> bool:
+        return not self._closed
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            for sock in self.sockets:
+                sock.close()
+
+    async def wait_closed(self) -> None:
+        return None
+
+
+def _http_server(
+    bridge: Bridge, app: Any, config: Config, state: dict[str, Any], tls_files: Any
+) -> Any:
+    """The server core (Rust) for this app and config."""
+    limit_max_requests = config.max_requests
+    return HttpServer(
+        bridge,
+        app,
+        root_path=config.root_path,
+        state=state,
+        timeout_keep_alive=config.timeout_keep_alive,
+        limit_concurrency=config.limit_concurrency,
+        limit_request_body=config.limit_request_body,
+        max_head_size=config.max_head_size,
+        max_connections=config.connection_limit,
+        access_log=config.access_log,
+        server_header=config.server_header,
+        date_header=config.date_header,
+        headers=config.headers,
+        trusted_proxies=config.trusted_proxies if config.proxy_headers else None,
+        rust_hello_route=config.rust_hello_route,
+        http=config.http,
+        tls_cert=tls_files and tls_files.cert,
+        tls_key=tls_files and tls_files.key,
+        tls_ca_certs=tls_files and tls_files.ca_certs,
+        tls_cert_reqs=tls_files.cert_reqs if tls_files else 0,
+        # As uvicorn: a WSGI app has no WebSockets (a2wsgi would close each at once).
+        ws=config.ws == "auto" and config.interface != "wsgi",
+        ws_max_size=config.ws_max_size,
+        ws_max_queue=config.ws_max_queue,
+        ws_ping_interval=config.ws_ping_interval or None,
+        ws_ping_timeout=config.ws_ping_timeout or None,
+        stats_route=config.stats_route,
+        limit_max_requests=limit_max_requests,
+        timeout_graceful_shutdown=config.timeout_graceful_shutdown,
+        reset_contextvars=config.reset_contextvars,
+    )
 
 
 def _starting(
@@ -199,7 +425,7 @@ def _starting(
     """What serving needs first: the app, the TLS files, and the listening socket (``sock``
     if given, else the config's); None, the reason logged, if one of them cannot be had."""
     try:
-        app = config.load_app()
+        app = config.loaded_app if config.loaded else config.load_app()
         if config.log_level_number <= TRACE:
             app = MessageLogger(app)
         tls_files = tls.load(config)
@@ -211,145 +437,6 @@ def _starting(
         logger.error("%s", exc)
         return None
     return app, tls_files, sock
-
-
-async def _serve(
-    config: Config,
-    app: Any,
-    sock: socket.socket,
-    tls_files: tls.TlsFiles | None,
-    stop: asyncio.Event | None = None,
-    embedded: Server | None = None,
-) -> int:
-    """Serves until ``stop`` is set, or SIGINT/SIGTERM. ``embedded``: the ``Server`` of a
-    program's own loop, told when the server has started and whether to force the exit."""
-    global _serving_bridge
-    loop = asyncio.get_running_loop()
-    limit_max_requests = config.max_requests
-    bridge = _serving_bridge = Bridge(loop, budget=config.budget, trace=config.trace_requests)
-    heartbeat: Heartbeat | None = None
-    signals: _StopSignals | None = None
-    try:
-        # Before lifespan startup: Ctrl-C while the app starts lets startup finish, then shuts
-        # down cleanly (no KeyboardInterrupt through the loop), as uvicorn does.
-        stop = stop or asyncio.Event()
-        signals = _StopSignals(loop, stop)
-        lifespan = Lifespan(app, config.lifespan)
-        try:
-            await lifespan.startup()
-        except LifespanFailure as exc:
-            logger.error("%s", exc)
-            sock.close()
-            return STARTUP_FAILURE
-        if stop.is_set() or (embedded is not None and embedded.should_exit):
-            sock.close()
-            signals.restore()
-            await lifespan.shutdown()
-            logger.info("Finished server process [%d]", os.getpid())
-            return 0
-        try:
-            server = HttpServer(
-                bridge,
-                app,
-                root_path=config.root_path,
-                state=lifespan.state,
-                timeout_keep_alive=config.timeout_keep_alive,
-                limit_concurrency=config.limit_concurrency,
-                limit_request_body=config.limit_request_body,
-                max_head_size=config.max_head_size,
-                max_connections=config.connection_limit,
-                access_log=config.access_log,
-                server_header=config.server_header,
-                date_header=config.date_header,
-                headers=config.headers,
-                trusted_proxies=config.trusted_proxies if config.proxy_headers else None,
-                rust_hello_route=config.rust_hello_route,
-                http=config.http,
-                tls_cert=tls_files and tls_files.cert,
-                tls_key=tls_files and tls_files.key,
-                tls_ca_certs=tls_files and tls_files.ca_certs,
-                tls_cert_reqs=tls_files.cert_reqs if tls_files else 0,
-                # As uvicorn: a WSGI app has no WebSockets (a2wsgi would close each at once).
-                ws=config.ws == "auto" and config.interface != "wsgi",
-                ws_max_size=config.ws_max_size,
-                ws_max_queue=config.ws_max_queue,
-                ws_ping_interval=config.ws_ping_interval or None,
-                ws_ping_timeout=config.ws_ping_timeout or None,
-                stats_route=config.stats_route,
-                limit_max_requests=limit_max_requests,
-                timeout_graceful_shutdown=config.timeout_graceful_shutdown,
-                reset_contextvars=config.reset_contextvars,
-            )
-        except ValueError as exc:  # TLS material rustls refuses, an invalid --header
-            logger.error("%s", exc)
-            sock.close()
-            await lifespan.shutdown()
-            return STARTUP_FAILURE
-        where = describe(sock, config)
-        if sock.family == socket.AF_UNIX:
-            stopped = server.serve_unix(sock.detach(), config.uds)
-        else:
-            stopped = server.serve_tcp(sock.detach())
-        if not config.worker:  # a worker's parent said where, once for all (as uvicorn)
-            logger.info("ferrule running on %s (Press CTRL+C to quit)", where)
-        if embedded is not None:
-            embedded.started = True
-        if config.heartbeat_fd is not None:
-            heartbeat = Heartbeat(loop, config.heartbeat_fd, config.timeout_worker_healthcheck)
-        signalled = asyncio.ensure_future(stop.wait())
-        serving = asyncio.ensure_future(_until(stopped))
-        await asyncio.wait({signalled, serving}, return_when=asyncio.FIRST_COMPLETED)
-        if serving.done() and not signalled.done():
-            # Only --limit-max-requests stops the server by itself (or a failure, raised here).
-            signalled.cancel()
-            serving.result()
-            logger.warning(
-                "Maximum request limit of %d exceeded. Terminating process.",
-                limit_max_requests,
-            )
-        else:
-            logger.info("Shutting down")
-            forced = embedded is not None and embedded.force_exit
-            server.shutdown(0.0 if forced else config.timeout_graceful_shutdown)
-        await serving
-        await _apps_finished(bridge, config.timeout_graceful_shutdown)
-        signals.restore()  # a signal during lifespan shutdown is the program's again
-        await lifespan.shutdown()
-        logger.info("Finished server process [%d]", os.getpid())
-        return 0
-    finally:
-        if signals is not None:
-            signals.restore()
-        if heartbeat is not None:
-            heartbeat.stop()
-        _serving_bridge = None
-        bridge.close()
-
-
-class _StopSignals:
-    """SIGINT and SIGTERM set ``stop`` while serving, where the loop can take signals (the main
-    thread); ``restore`` puts back the Python-level handlers there were before."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
-        self.loop = loop
-        self.previous = {signum: signal.getsignal(signum) for signum in self.SIGNALS}
-        self.installed: list[int] = []
-        for signum in self.SIGNALS:
-            try:
-                loop.add_signal_handler(signum, stop.set)
-            except (RuntimeError, ValueError):  # not the main thread: the program's to stop us
-                break
-            self.installed.append(signum)
-
-    def restore(self) -> None:
-        for signum in self.installed:
-            self.loop.remove_signal_handler(signum)
-            previous = self.previous[signum]
-            if previous is not None:
-                signal.signal(signum, previous)
-        self.installed = []
 
 
 class Heartbeat:

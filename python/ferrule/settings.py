@@ -129,6 +129,30 @@ def _choice(aliases: dict[str, str]) -> Callable[[Any], Any]:
     return check
 
 
+def _protocol(aliases: dict[str, str], h1_names: tuple[str, ...] = ()) -> Callable[[Any], Any]:
+    """A choice, or one of uvicorn's protocol classes (``Config(http=H11Protocol)``), taken for
+    what it implements: HTTP/1.1 alone for h11's and httptools', else ``auto``."""
+    choice = _choice(aliases)
+
+    def check(value: Any) -> Any:
+        if isinstance(value, str):
+            return choice(value)
+        if isinstance(value, type):
+            name = value.__name__.lower()
+            return "1" if any(h1 in name for h1 in h1_names) else "auto"
+        raise ValueError(f"must be one of {', '.join(aliases)} or a protocol class, not {value!r}")
+
+    return check
+
+
+def _refused_ssl_context_factory(value: Any) -> None:
+    if value is not None:
+        raise ValueError(
+            "ferrule's TLS is rustls, which cannot use an ssl.SSLContext: give ssl_certfile and "
+            "ssl_keyfile (and ssl_ca_certs, ssl_cert_reqs) instead"
+        )
+
+
 def _seconds_or_zero(value: float) -> float:
     if not 0 <= value < float("inf"):
         raise ValueError(f"must be 0 (no health check) or more seconds, not {value}")
@@ -622,7 +646,7 @@ SETTINGS: tuple[Setting, ...] = (
         "WebSockets: auto (on) or none; uvicorn's websockets, websockets-sansio and wsproto "
         "mean auto.",
         choices=tuple(WS_CHOICES),
-        check=_choice(WS_CHOICES),
+        check=_protocol(WS_CHOICES),
     ),
     Setting(
         "ws_max_size",
@@ -674,7 +698,7 @@ SETTINGS: tuple[Setting, ...] = (
         "HTTP versions: auto (HTTP/1.1, HTTP/2 by prior knowledge, and by ALPN over TLS), 1 or "
         "2; uvicorn's h11 and httptools mean 1, its zttp auto.",
         choices=tuple(HTTP_CHOICES),
-        check=_choice(HTTP_CHOICES),
+        check=_protocol(HTTP_CHOICES, h1_names=("h11", "httptools")),
     ),
     Setting(
         "http2",
@@ -682,6 +706,33 @@ SETTINGS: tuple[Setting, ...] = (
         False,
         "uvicorn's switch for HTTP/2, which --http auto and 2 serve anyway; refused with --http 1.",
         form="flag",
+    ),
+    # Set from Python only, for programs embedding the server
+    Setting(
+        "callback_notify",
+        "app",
+        None,
+        "An async function the server awaits every timeout_notify seconds while it serves.",
+        python_only=True,
+        inherit=False,
+    ),
+    Setting(
+        "timeout_notify",
+        "app",
+        30,
+        "Seconds between two calls of callback_notify.",
+        python_only=True,
+        inherit=False,
+    ),
+    Setting(
+        "ssl_context_factory",
+        "tls",
+        None,
+        "uvicorn's hook for an ssl.SSLContext: refused, as ferrule's TLS (rustls) cannot use "
+        "one; give the certificate and key files.",
+        python_only=True,
+        check=_refused_ssl_context_factory,
+        inherit=False,
     ),
     # Diagnostics: the benchmark suite's hooks, answered from Rust without the app.
     Setting(
