@@ -215,6 +215,18 @@ class Config:
         return app
 
 
+def settings_signature(*first: str) -> inspect.Signature:
+    """A signature naming ``first`` (positional) and then every setting with its default, for
+    ``inspect`` and ``help()`` of the functions that take the settings as ``**options``."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    parameters = [inspect.Parameter(name, kind) for name in first]
+    parameters += [inspect.Parameter(s.name, kind, default=s.default) for s in SETTINGS]
+    return inspect.Signature(parameters)
+
+
+Config.__init__.__signature__ = settings_signature("self", "app")  # type: ignore[attr-defined]
+
+
 def takes_no_arguments(obj: Any) -> bool:
     """Whether ``obj`` can be called with no arguments, as a factory can and an app cannot."""
     try:

@@ -26,6 +26,7 @@ from ferrule.config import (
     AppLoadError,
     Config,
     forwarded_allow_ips_from_environment,
+    settings_signature,
     workers_from_environment,
 )
 from ferrule.interface import InterfaceError, wsgi_middleware
@@ -49,6 +50,9 @@ def run(app: Any, **options: Any) -> int:
     if status == STARTUP_FAILURE:
         sys.exit(STARTUP_FAILURE)
     return status
+
+
+run.__signature__ = settings_signature("app")  # type: ignore[attr-defined]
 
 
 def _run(app: Any, **options: Any) -> int:
@@ -118,7 +122,14 @@ def load_env_file(path: str) -> None:
 
 
 def serve(config: Config) -> int:
-    """Serve in this process until SIGINT or SIGTERM; returns the exit status."""
+    """Serve in this process until SIGINT or SIGTERM; returns the exit status. The app is
+    imported before the event loop exists, as uvicorn does: a module that runs ``asyncio.run``
+    at import works."""
+    try:
+        config.load()
+    except AppLoadError as exc:
+        logger.error("%s", exc)
+        return STARTUP_FAILURE
     try:
         Server(config).run()
     except SystemExit as exc:
@@ -171,6 +182,7 @@ class Server:
         self._bridge: Bridge | None = None
         self._heartbeat: Heartbeat | None = None
         self._socket_file: tuple[int, int] | None = None
+        self._shutting_down = False
 
     @functools.cached_property
     def limit_max_requests(self) -> int | None:
@@ -288,7 +300,9 @@ class Server:
         """Stops accepting, lets requests and WebSockets in progress finish (at most
         ``timeout_graceful_shutdown``; a second signal or ``force_exit`` cancels them at once),
         then runs lifespan shutdown (not when forced)."""
-        assert self._stopped is not None and self._bridge is not None
+        if self._stopped is None or self._bridge is None or self._shutting_down:
+            return  # not serving, or shut down already (by serve(), or an earlier call)
+        self._shutting_down = True
         logger.info("Shutting down")
         for server in self.servers:
             server.close()

@@ -62,11 +62,13 @@ def listening_socket(config: Config) -> socket.socket:
             sock.close()
             raise
     else:
-        family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+        # No host (uvicorn's Config(host=None)): every IPv4 address.
+        host = "0.0.0.0" if config.host is None else config.host
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((config.host, config.port))
+            sock.bind((host, config.port))
         except OSError as exc:
             sock.close()
             raise OSError(
