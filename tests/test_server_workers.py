@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -412,3 +413,20 @@ def test_sigttin_and_sigttou_change_the_number_of_workers() -> None:
         assert len(worker_children(server.pid)) == 1
         serving_pid(server)
     assert "one process is the fewest there can be" in server.stderr, server.describe()
+
+
+def test_workers_stop_when_their_parent_is_killed() -> None:
+    """Rule: when the parent of ``--workers 2`` is killed (SIGKILL: no chance to stop them),
+    its workers shut down instead of serving on, orphaned, holding the port. Broken: both
+    workers alive, reparented to init, 10 s later (seen before, after a test run killed its
+    supervisor)."""
+    with running_server("workers_app:app", "--workers", "2") as srv:
+        children = poll(lambda: _children(srv.proc.pid) or None, timeout=10)
+        assert len(children) == 2, children
+        os.kill(srv.proc.pid, signal.SIGKILL)
+        poll(lambda: not any(pid_alive(pid) for pid in children), timeout=15)
+
+
+def _children(pid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(child) for child in found.stdout.split()]

@@ -4,12 +4,17 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import sys
 from typing import Any
 
 from ferrule.config import Config
+
+#: prctl's option to be sent a signal when the parent process dies (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
 
 #: The environment variable that carries a worker's settings, as JSON.
 WORKER_ENV = "FERRULE_WORKER"
@@ -20,7 +25,14 @@ def worker_data(config: Config, fd: int, heartbeat_fd: int | None) -> str:
     inherited descriptors (the listening socket, the heartbeat pipe)."""
     settings: dict[str, Any] = config.inherited()
     settings["fd"] = fd
-    return json.dumps({"app": config.app, "settings": settings, "heartbeat_fd": heartbeat_fd})
+    return json.dumps(
+        {
+            "app": config.app,
+            "settings": settings,
+            "heartbeat_fd": heartbeat_fd,
+            "parent": os.getpid(),
+        }
+    )
 
 
 def worker_config(data: str) -> Config:
@@ -29,6 +41,18 @@ def worker_config(data: str) -> Config:
     config.worker = True
     config.heartbeat_fd = loaded["heartbeat_fd"]
     return config
+
+
+def stop_with_parent(parent: int) -> None:
+    """SIGTERM (a graceful shutdown) to this process when its parent dies, so that a worker
+    never outlives a supervisor that was killed (SIGKILL, an OOM kill) and keeps the port."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the heartbeat's EPIPE is left
+        return
+    if os.getppid() != parent:  # the parent died before prctl: do as it would have
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def main() -> None:
@@ -42,6 +66,7 @@ def main() -> None:
         )
     from ferrule.server import serve_worker
 
+    stop_with_parent(json.loads(data)["parent"])
     sys.exit(serve_worker(worker_config(data)))
 
 
