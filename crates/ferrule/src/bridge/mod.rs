@@ -1,6 +1,7 @@
 //! The bridge: drives Python coroutines from Rust, on tokio threads and the asyncio loop thread,
 //! with one GIL acquisition for a coroutine that never suspends and two for one resumed by an
-//! asyncio future. See `../../../../DESIGN.md` in the shared notes for the mechanism list.
+//! asyncio future. `docs/design.md` lists the mechanisms and the invariants (I1, I2, ...) the
+//! comments refer to.
 //!
 //! - `shared`: `Shared`, the state of one bridge, and how a job starts and is handed around.
 //! - `class`: `Bridge`, the Python class that makes one bridge and owns its tokio runtime.
@@ -36,16 +37,12 @@ pub use self::asyncio::TaskPath;
 pub use self::class::Bridge;
 pub use self::context::RequestContext;
 pub use self::counters::Counters;
+pub use self::ffi::take_fd;
 pub use self::job::{Completion, Job, Resume};
 pub use self::native::NativeFuture;
 pub use self::native::ResumeVia;
 pub use self::queue::LoopStart;
 pub use self::shared::{Mode, Shared};
-
-/// Takes ownership of a descriptor handed over from Python (see `ffi::take_fd`).
-pub fn ffi_take_fd<T: std::os::fd::FromRawFd>(fd: std::os::fd::RawFd) -> PyResult<T> {
-    Ok(ffi::take_fd(fd)?)
-}
 
 /// Registers the bridge's classes and constants on `module`.
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -421,13 +421,13 @@ impl Drop for StoppedSignal {
 }
 
 fn std_tcp_listener(fd: RawFd) -> PyResult<std::net::TcpListener> {
-    let listener = crate::bridge::ffi_take_fd::<std::net::TcpListener>(fd)?;
+    let listener = crate::bridge::take_fd::<std::net::TcpListener>(fd)?;
     listener.set_nonblocking(true)?;
     Ok(listener)
 }
 
 fn std_unix_listener(fd: RawFd) -> PyResult<std::os::unix::net::UnixListener> {
-    let listener = crate::bridge::ffi_take_fd::<std::os::unix::net::UnixListener>(fd)?;
+    let listener = crate::bridge::take_fd::<std::os::unix::net::UnixListener>(fd)?;
     listener.set_nonblocking(true)?;
     Ok(listener)
 }
