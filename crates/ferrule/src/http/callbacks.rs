@@ -9,7 +9,7 @@ use pyo3::types::PyDict;
 
 use super::io::{ClientDisconnected, Exchange};
 use super::proxy::Forwarded;
-use super::serve::ServerShared;
+use super::shared::ServerShared;
 use super::types::{http_version, ConnInfo};
 
 /// The request line parts the access log needs, captured before the request is handed over.

@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::bridge::{NativeFuture, ResumeVia};
 
-use super::serve::ServerShared;
+use super::shared::ServerShared;
 use super::types::OpenStream;
 
 pyo3::create_exception!(

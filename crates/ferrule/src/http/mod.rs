@@ -1,5 +1,8 @@
 //! The ASGI HTTP/1.1 and HTTP/2 server on the bridge, one file per concern (as granian lays out protocols):
-//! - `serve`: `HttpServer`, the accept loop, per-request handling;
+//! - `server`: `HttpServer`, the Python class: settings, listening sockets, shutdown;
+//! - `shared`: `ServerShared`, what every connection and request of one server shares;
+//! - `connection`: the accept loop and each connection (TLS handshake, hyper, finishing);
+//! - `request`: one request, from the checks before the app to the app's coroutine;
 //! - `types`: the ASGI scope;
 //! - `heads`: the raw request heads, recorded as hyper reads them (header order, framing);
 //! - `io`: the `receive` / `send` callables and the response body;
@@ -8,17 +11,20 @@
 //! - `callbacks`: what happens when the app's coroutine finishes.
 
 pub(crate) mod callbacks;
+mod connection;
 pub(crate) mod heads;
 pub(crate) mod io;
 pub(crate) mod proxy;
-pub(crate) mod serve;
+mod request;
+mod server;
+pub(crate) mod shared;
 mod tls;
 pub(crate) mod types;
 
 use pyo3::prelude::*;
 
 pub use self::io::ClientDisconnected;
-pub use self::serve::HttpServer;
+pub use self::server::HttpServer;
 
 /// Registers the server's classes on `module`.
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use super::heads::{HeadLog, RawHead};
 use super::proxy::Forwarded;
-use super::serve::ServerShared;
+use super::shared::ServerShared;
 
 /// The two ends of one connection, as the scope's `client` and `server` want them.
 pub struct ConnInfo {

@@ -26,7 +26,7 @@ use crate::bridge::{NativeFuture, ResumeVia};
 use crate::http::io::{
     client_gone, optional_field, optional_flag, parse_headers, plain_response, ResponseBody,
 };
-use crate::http::serve::ServerShared;
+use crate::http::shared::ServerShared;
 
 /// Messages from the app waiting for the socket; past this `send()` suspends.
 pub const OUTBOUND_CAPACITY: usize = 256;

@@ -16,7 +16,7 @@ use crate::http::callbacks::log_app_exception;
 use crate::http::heads::RawHead;
 use crate::http::io::{closing_response, plain_response, ResponseBody};
 use crate::http::proxy::Forwarded;
-use crate::http::serve::ServerShared;
+use crate::http::shared::ServerShared;
 use crate::http::types::{build_scope, ConnInfo};
 
 /// Whether `request` asks to become a WebSocket (RFC 6455, 4.1).

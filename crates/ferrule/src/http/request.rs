@@ -1,0 +1,309 @@
+//! One request: what is refused before the app sees it, the benchmark routes, the WebSocket
+//! hand-over, and calling the app.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use http::header::CONTENT_LENGTH;
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use pyo3::prelude::*;
+use tokio::sync::oneshot;
+
+use crate::bridge::{trace, Completion};
+use crate::ws;
+
+use super::callbacks::{on_app_done, AccessInfo};
+use super::heads::RawHead;
+use super::io::{
+    closing_response, plain_response, server_response, Exchange, Receive, ResponseBody, Send,
+};
+use super::proxy::Forwarded;
+use super::shared::ServerShared;
+use super::types::{build_scope, ConnInfo};
+
+/// Tells the app the client is gone if hyper drops the request before the response head.
+struct DisconnectOnDrop(Option<Arc<Exchange>>);
+
+impl Drop for DisconnectOnDrop {
+    fn drop(&mut self) {
+        if let Some(exchange) = self.0.take() {
+            Python::attach(|py| exchange.mark_disconnected(py));
+        }
+    }
+}
+
+pub(super) async fn handle(
+    request: Request<Incoming>,
+    conn: Arc<ConnInfo>,
+    shared: Arc<ServerShared>,
+) -> Result<Response<ResponseBody>, Infallible> {
+    let received = shared.bridge.trace.mark();
+    // Taken first, whatever happens to the request, to stay in step with hyper's order.
+    let raw_head = conn.heads.take();
+    // Until the response's last byte: a streamed body takes it over below.
+    let open_stream = (request.version() == http::Version::HTTP_2).then(|| conn.streams.open());
+    shared.count_request();
+    let previous = shared.in_flight.fetch_add(1, Ordering::AcqRel);
+    if shared
+        .limit_concurrency
+        .is_some_and(|limit| previous >= limit)
+    {
+        shared.request_finished();
+        return Ok(plain_response(StatusCode::SERVICE_UNAVAILABLE, &shared));
+    }
+    if raw_head.as_ref().is_some_and(|head| head.ambiguous) {
+        shared.request_finished();
+        return Ok(closing_response(StatusCode::BAD_REQUEST, &shared));
+    }
+    if let Some(status) = refusal(&request, raw_head.is_some(), &shared) {
+        shared.request_finished();
+        return Ok(closing_response(status, &shared));
+    }
+    if shared.rust_hello_route.as_deref() == Some(request.uri().path()) {
+        shared.request_finished();
+        return Ok(rust_hello(&shared));
+    }
+    if shared.stats_route.as_deref() == Some(request.uri().path()) {
+        shared.request_finished();
+        return Ok(bridge_stats(&shared));
+    }
+    if let Some(max_size) = shared.ws_max_size {
+        if ws::is_upgrade(&request) {
+            return Ok(ws::upgrade(request, raw_head, conn, shared.clone(), max_size).await);
+        }
+    }
+    let (parts, body) = request.into_parts();
+    let http10 = parts.version == http::Version::HTTP_10;
+    let (head_tx, head_rx) = oneshot::channel();
+    let head_request = parts.method == http::Method::HEAD;
+    // As hyper decides when to send `100 Continue` (HTTP/1.1, a body to come).
+    let expects_continue = parts.version == http::Version::HTTP_11
+        && !http_body::Body::is_end_stream(&body)
+        && parts
+            .headers
+            .get(http::header::EXPECT)
+            .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    // Here, without the GIL: the scope and the access line both need it.
+    let forwarded = conn.forwarded(&parts.headers, &shared);
+    let exchange = Arc::new(Exchange::new(
+        shared.clone(),
+        head_tx,
+        body,
+        head_request,
+        expects_continue,
+    ));
+    // Built only when an access log line will be written: it costs three allocations.
+    let access = shared
+        .access_logger
+        .is_some()
+        .then(|| AccessInfo::new(&parts, &conn, &forwarded));
+    let mut guard = DisconnectOnDrop(Some(exchange.clone()));
+    let mut access = access;
+    let mut begin = {
+        let exchange = exchange.clone();
+        move |py: Python<'_>| {
+            let head = (&parts, raw_head.as_ref(), &forwarded);
+            if let Err(err) = start_app(py, &exchange, head, &conn, &mut access, received) {
+                // Calling the app raised before there was a coroutine (say, a sync callable):
+                // the same 500 and logged traceback as an exception inside it.
+                on_app_done(py, &exchange, access.as_ref(), Err(err));
+            }
+        }
+    };
+    let bridge = &shared.bridge;
+    if bridge.starts_on_loop() {
+        bridge.start_on_loop(Box::new(begin));
+    } else {
+        let asked_for_gil = bridge.trace.mark();
+        Python::attach(|py| {
+            bridge
+                .trace
+                .record_since(&bridge.trace.gil_wait, asked_for_gil);
+            begin(py);
+        });
+    }
+    let mut response = head_rx
+        .await
+        .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &shared));
+    guard.0 = None;
+    if http10 && response.body().is_streamed() && !response.headers().contains_key(CONTENT_LENGTH) {
+        // HTTP/1.0 has no chunks: this body ends at the close. Said as HTTP/1.0, the response
+        // closes the connection; said as HTTP/1.1 (hyper's default), hyper would add
+        // `connection: keep-alive` to a keep-alive request's answer and close all the same.
+        *response.version_mut() = http::Version::HTTP_10;
+    }
+    if let Some(open_stream) = open_stream {
+        response.body_mut().hold(open_stream);
+    }
+    Ok(response)
+}
+
+/// What the benchmark app's `/hello` answers, made without Python.
+fn rust_hello(shared: &ServerShared) -> Response<ResponseBody> {
+    let body = bytes::Bytes::from_static(b"Hello, world!");
+    server_response(StatusCode::OK, "text/plain", body, shared)
+}
+
+/// The bridge's counters as a JSON object, made without Python (so reading them moves none).
+fn bridge_stats(shared: &ServerShared) -> Response<ResponseBody> {
+    let mut fields: Vec<String> = shared
+        .bridge
+        .counters
+        .snapshot()
+        .into_iter()
+        .map(|(name, value)| format!("\"{name}\": {value}"))
+        .collect();
+    let trace = &shared.bridge.trace;
+    if trace.enabled() {
+        let list = |values: Vec<u64>| {
+            let items: Vec<String> = values.iter().map(u64::to_string).collect();
+            format!("[{}]", items.join(","))
+        };
+        let bounds = trace::bucket_upper_bounds();
+        let mut histograms = vec![format!("\"bucket_upper_ns\": {}", list(bounds))];
+        for (name, counts) in trace.snapshot() {
+            histograms.push(format!("\"{name}\": {}", list(counts)));
+        }
+        fields.push(format!("\"trace\": {{{}}}", histograms.join(", ")));
+    }
+    let body = format!("{{{}}}", fields.join(", "));
+    server_response(StatusCode::OK, "application/json", body.into(), shared)
+}
+
+/// A request refused before the app sees it: headers over `max_head_size` in all (hyper
+/// enforces its buffer limit only when a head arrives in several reads), a request no ASGI app
+/// can be handed (`unservable`), or a declared body over `limit_request_body` (hyper has
+/// already rejected malformed Content-Lengths). A `recorded` head's framing was checked
+/// already, on the raw lines (`RawHead::ambiguous`).
+fn refusal(
+    request: &Request<Incoming>,
+    recorded: bool,
+    shared: &ServerShared,
+) -> Option<StatusCode> {
+    if let Some(status) = unservable(request) {
+        return Some(status);
+    }
+    let headers = request.headers();
+    let head_bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    if head_bytes > shared.max_head_size {
+        return Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    }
+    if !recorded && ambiguous_framing(headers) {
+        return Some(StatusCode::BAD_REQUEST);
+    }
+    let limit = shared.limit_request_body?;
+    let length: u64 = headers
+        .get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()?;
+    (length > limit).then_some(StatusCode::PAYLOAD_TOO_LARGE)
+}
+
+/// What RFC 9112 says a server must refuse, or what no ASGI app can serve:
+/// - CONNECT asks for a tunnel, which an ASGI server has none of (hyper would take the app's
+///   2xx for the start of one and drop the connection with no response sent): 501;
+/// - a request-target other than a path (or `*` for OPTIONS), such as `GET example.com:80`,
+///   would reach the app with an empty path: 400 (RFC 9112 3.2);
+/// - a request with two Host lines: 400 (RFC 9112 3.2), a host-confusion vector, a proxy
+///   routing on one and the app reading the other. An HTTP/1.1 request with none is served, as
+///   uvicorn's default parser (httptools) serves it: RFC 9112 says refuse it, but clients that
+///   omit it (a wrk script formatting requests before wrk knows the host) worked until now.
+fn unservable(request: &Request<Incoming>) -> Option<StatusCode> {
+    if request.method() == http::Method::CONNECT {
+        return Some(StatusCode::NOT_IMPLEMENTED);
+    }
+    let path = request.uri().path();
+    let asterisk = path == "*" && request.method() == http::Method::OPTIONS;
+    if !path.starts_with('/') && !asterisk {
+        return Some(StatusCode::BAD_REQUEST);
+    }
+    if request
+        .headers()
+        .get_all(http::header::HOST)
+        .iter()
+        .nth(1)
+        .is_some()
+    {
+        return Some(StatusCode::BAD_REQUEST);
+    }
+    None
+}
+
+/// Body framing two parsers could read differently, the raw material of request smuggling:
+/// Content-Length given more than once or together with Transfer-Encoding, or any
+/// Transfer-Encoding but a single `chunked`. hyper tolerates some of these (as RFC 9112 allows);
+/// a server facing the internet refuses them all.
+fn ambiguous_framing(headers: &http::HeaderMap) -> bool {
+    let lengths = headers.get_all(http::header::CONTENT_LENGTH).iter().count();
+    let mut encodings = headers.get_all(http::header::TRANSFER_ENCODING).iter();
+    let encoding = encodings.next();
+    if encodings.next().is_some() || lengths > 1 {
+        return true;
+    }
+    match encoding {
+        None => false,
+        Some(encoding) => {
+            lengths > 0
+                || !encoding
+                    .as_bytes()
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(b"chunked")
+        }
+    }
+}
+
+/// Calls the app and hands its coroutine to the bridge, which drives it right here.
+fn start_app(
+    py: Python<'_>,
+    exchange: &Arc<Exchange>,
+    head: (&http::request::Parts, Option<&RawHead>, &Forwarded),
+    conn: &ConnInfo,
+    access: &mut Option<AccessInfo>,
+    received: u64,
+) -> PyResult<()> {
+    let shared = &exchange.server;
+    let (coro, context) = shared
+        .request_context
+        .run(py, || call_app(py, exchange, head, conn))?;
+    // From here the completion owns the access info; if making the job fails, the caller's
+    // fallback logs the error without an access line.
+    let access = access.take();
+    let finishing = exchange.clone();
+    let completion = Completion::Callback(Box::new(move |py, result| {
+        on_app_done(py, &finishing, access.as_ref(), result)
+    }));
+    shared
+        .bridge
+        .start(py, &coro, completion, context, received)
+}
+
+/// `app(scope, receive, send)`: the coroutine to drive.
+fn call_app<'py>(
+    py: Python<'py>,
+    exchange: &Arc<Exchange>,
+    (parts, raw_head, forwarded): (&http::request::Parts, Option<&RawHead>, &Forwarded),
+    conn: &ConnInfo,
+) -> PyResult<Bound<'py, PyAny>> {
+    let shared = &exchange.server;
+    let scope = build_scope(py, parts, raw_head, conn, forwarded, shared)?;
+    let receive = Py::new(
+        py,
+        Receive {
+            exchange: exchange.clone(),
+        },
+    )?;
+    let send = Py::new(
+        py,
+        Send {
+            exchange: exchange.clone(),
+        },
+    )?;
+    shared.app.bind(py).call1((scope, receive, send))
+}
