@@ -7,7 +7,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::io::{ClientDisconnected, Exchange};
+use super::disconnected::ClientDisconnected;
+use super::exchange::Exchange;
 use super::proxy::Forwarded;
 use super::shared::ServerShared;
 use super::types::{http_version, ConnInfo};

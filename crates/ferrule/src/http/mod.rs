@@ -5,17 +5,27 @@
 //! - `request`: one request, from the checks before the app to the app's coroutine;
 //! - `types`: the ASGI scope;
 //! - `heads`: the raw request heads, recorded as hyper reads them (header order, framing);
-//! - `io`: the `receive` / `send` callables and the response body;
+//! - `exchange`: `Exchange`, what hyper's side and the app's side share for one request;
+//! - `callables`: the ASGI `receive` / `send` callables;
+//! - `body`: `ResponseBody`, the response body hyper polls;
+//! - `responses`: responses the server makes itself;
+//! - `messages`: reading the app's messages (optional fields, headers);
+//! - `disconnected`: `ClientDisconnected`, what `send()` raises once the client has gone;
 //! - `tls`: rustls, certificates and ALPN;
 //! - `proxy`: what a trusted proxy's `X-Forwarded-*` headers change in the scope;
 //! - `callbacks`: what happens when the app's coroutine finishes.
 
+pub(crate) mod body;
+mod callables;
 pub(crate) mod callbacks;
 mod connection;
+pub(crate) mod disconnected;
+pub(crate) mod exchange;
 pub(crate) mod heads;
-pub(crate) mod io;
+pub(crate) mod messages;
 pub(crate) mod proxy;
 mod request;
+pub(crate) mod responses;
 mod server;
 pub(crate) mod shared;
 mod tls;
@@ -23,7 +33,7 @@ pub(crate) mod types;
 
 use pyo3::prelude::*;
 
-pub use self::io::ClientDisconnected;
+pub use self::disconnected::ClientDisconnected;
 pub use self::server::HttpServer;
 
 /// Registers the server's classes on `module`.

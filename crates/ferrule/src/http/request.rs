@@ -14,12 +14,13 @@ use tokio::sync::oneshot;
 use crate::bridge::{trace, Completion};
 use crate::ws;
 
+use super::body::ResponseBody;
+use super::callables::{Receive, Send};
 use super::callbacks::{on_app_done, AccessInfo};
+use super::exchange::Exchange;
 use super::heads::RawHead;
-use super::io::{
-    closing_response, plain_response, server_response, Exchange, Receive, ResponseBody, Send,
-};
 use super::proxy::Forwarded;
+use super::responses::{closing_response, plain_response, server_response};
 use super::shared::ServerShared;
 use super::types::{build_scope, ConnInfo};
 

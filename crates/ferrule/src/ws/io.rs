@@ -23,9 +23,10 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use crate::bridge::{NativeFuture, ResumeVia};
-use crate::http::io::{
-    client_gone, optional_field, optional_flag, parse_headers, plain_response, ResponseBody,
-};
+use crate::http::body::ResponseBody;
+use crate::http::disconnected::client_gone;
+use crate::http::messages::{optional_field, optional_flag, parse_headers};
+use crate::http::responses::plain_response;
 use crate::http::shared::ServerShared;
 
 /// Messages from the app waiting for the socket; past this `send()` suspends.

@@ -12,10 +12,11 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use super::io::{run_socket, WsExchange, WsReceive, WsSend};
 use crate::bridge::Completion;
+use crate::http::body::ResponseBody;
 use crate::http::callbacks::log_app_exception;
 use crate::http::heads::RawHead;
-use crate::http::io::{closing_response, plain_response, ResponseBody};
 use crate::http::proxy::Forwarded;
+use crate::http::responses::{closing_response, plain_response};
 use crate::http::shared::ServerShared;
 use crate::http::types::{build_scope, ConnInfo};
 

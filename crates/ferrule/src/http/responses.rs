@@ -1,0 +1,41 @@
+//! Responses the server makes itself, without the app.
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode};
+
+use super::body::ResponseBody;
+use super::shared::ServerShared;
+
+/// A response made by the server itself, without the app: `body` of `content_type`.
+pub fn server_response(
+    status: StatusCode,
+    content_type: &'static str,
+    body: Bytes,
+    server: &ServerShared,
+) -> Response<ResponseBody> {
+    let mut response = Response::new(ResponseBody::full(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type),
+    );
+    server.add_default_headers(headers);
+    response
+}
+
+/// A small text response made by the server itself (500, 503).
+pub fn plain_response(status: StatusCode, server: &ServerShared) -> Response<ResponseBody> {
+    let text = status.canonical_reason().unwrap_or("Error");
+    let body = Bytes::from_static(text.as_bytes());
+    server_response(status, "text/plain; charset=utf-8", body, server)
+}
+
+/// A server-made response after which the connection closes (a refused request).
+pub fn closing_response(status: StatusCode, server: &ServerShared) -> Response<ResponseBody> {
+    let mut response = plain_response(status, server);
+    response
+        .headers_mut()
+        .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
