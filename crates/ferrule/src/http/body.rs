@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use tokio::sync::mpsc;
 
 use super::exchange::Exchange;
-use super::types::OpenStream;
+use super::streams::OpenStream;
 
 /// The response body hyper polls: all at once, or streamed from the app through a channel.
 pub enum ResponseBody {

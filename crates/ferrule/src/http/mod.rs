@@ -3,7 +3,9 @@
 //! - `shared`: `ServerShared`, what every connection and request of one server shares;
 //! - `connection`: the accept loop and each connection (TLS handshake, hyper, finishing);
 //! - `request`: one request, from the checks before the app to the app's coroutine;
-//! - `types`: the ASGI scope;
+//! - `conn`: `ConnInfo`, one connection's two ends and its own state;
+//! - `streams`: `OpenStreams`, the HTTP/2 streams in progress on a connection;
+//! - `scope`: the ASGI `http` scope;
 //! - `heads`: the raw request heads, recorded as hyper reads them (header order, framing);
 //! - `exchange`: `Exchange`, what hyper's side and the app's side share for one request;
 //! - `callables`: the ASGI `receive` / `send` callables;
@@ -13,11 +15,14 @@
 //! - `disconnected`: `ClientDisconnected`, what `send()` raises once the client has gone;
 //! - `tls`: rustls, certificates and ALPN;
 //! - `proxy`: what a trusted proxy's `X-Forwarded-*` headers change in the scope;
-//! - `callbacks`: what happens when the app's coroutine finishes.
+//! - `app_done`: what happens when the app's coroutine finishes;
+//! - `access_log`: the access log line.
 
+mod access_log;
+pub(crate) mod app_done;
 pub(crate) mod body;
 mod callables;
-pub(crate) mod callbacks;
+pub(crate) mod conn;
 mod connection;
 pub(crate) mod disconnected;
 pub(crate) mod exchange;
@@ -26,10 +31,11 @@ pub(crate) mod messages;
 pub(crate) mod proxy;
 mod request;
 pub(crate) mod responses;
+pub(crate) mod scope;
 mod server;
 pub(crate) mod shared;
+mod streams;
 mod tls;
-pub(crate) mod types;
 
 use pyo3::prelude::*;
 

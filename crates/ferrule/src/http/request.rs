@@ -14,15 +14,17 @@ use tokio::sync::oneshot;
 use crate::bridge::{trace, Completion};
 use crate::ws;
 
+use super::access_log::AccessInfo;
+use super::app_done::on_app_done;
 use super::body::ResponseBody;
 use super::callables::{Receive, Send};
-use super::callbacks::{on_app_done, AccessInfo};
+use super::conn::ConnInfo;
 use super::exchange::Exchange;
 use super::heads::RawHead;
 use super::proxy::Forwarded;
 use super::responses::{closing_response, plain_response, server_response};
+use super::scope::build_scope;
 use super::shared::ServerShared;
-use super::types::{build_scope, ConnInfo};
 
 /// Tells the app the client is gone if hyper drops the request before the response head.
 struct DisconnectOnDrop(Option<Arc<Exchange>>);

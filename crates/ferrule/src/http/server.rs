@@ -16,9 +16,9 @@ use crate::bridge::{Bridge, NativeFuture, RequestContext, ResumeVia};
 
 use super::connection::accept_loop;
 use super::proxy::TrustedProxies;
+use super::scope::ScopeTemplate;
 use super::shared::{optional_seconds, HttpVersions, ServerShared, WsPing};
 use super::tls::{self, ClientCerts};
-use super::types::ScopeTemplate;
 
 /// Listening sockets handed over from Python (which binds them, for clear errors and for
 /// sharing one socket between worker processes).

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use crate::bridge::{self, RequestContext};
 
 use super::proxy::TrustedProxies;
-use super::types::ScopeTemplate;
+use super::scope::ScopeTemplate;
 
 /// What every connection and request of one server shares.
 pub struct ServerShared {

@@ -12,13 +12,14 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use super::io::{run_socket, WsExchange, WsReceive, WsSend};
 use crate::bridge::Completion;
+use crate::http::app_done::log_app_exception;
 use crate::http::body::ResponseBody;
-use crate::http::callbacks::log_app_exception;
+use crate::http::conn::ConnInfo;
 use crate::http::heads::RawHead;
 use crate::http::proxy::Forwarded;
 use crate::http::responses::{closing_response, plain_response};
+use crate::http::scope::build_scope;
 use crate::http::shared::ServerShared;
-use crate::http::types::{build_scope, ConnInfo};
 
 /// Whether `request` asks to become a WebSocket (RFC 6455, 4.1).
 pub fn is_upgrade(request: &Request<Incoming>) -> bool {

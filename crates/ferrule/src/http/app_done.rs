@@ -7,34 +7,10 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use super::access_log::{log_access, AccessInfo};
 use super::disconnected::ClientDisconnected;
 use super::exchange::Exchange;
-use super::proxy::Forwarded;
 use super::shared::ServerShared;
-use super::types::{http_version, ConnInfo};
-
-/// The request line parts the access log needs, captured before the request is handed over.
-pub struct AccessInfo {
-    client: String,
-    method: String,
-    target: String,
-    version: &'static str,
-}
-
-impl AccessInfo {
-    pub fn new(parts: &http::request::Parts, conn: &ConnInfo, forwarded: &Forwarded) -> Self {
-        let target = parts
-            .uri
-            .path_and_query()
-            .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.to_string());
-        Self {
-            client: conn.client_label(forwarded),
-            method: parts.method.to_string(),
-            target,
-            version: http_version(parts.version),
-        }
-    }
-}
 
 /// The `Completion::Callback` of every request's job.
 pub fn on_app_done(
@@ -56,22 +32,6 @@ pub fn on_app_done(
             .call_method1(intern!(py, "error"), (problem,));
     }
     log_access(py, server, access, status);
-}
-
-fn log_access(py: Python<'_>, server: &ServerShared, access: Option<&AccessInfo>, status: u16) {
-    if let (Some(access_logger), Some(access)) = (&server.access_logger, access) {
-        let _ = access_logger.bind(py).call_method1(
-            intern!(py, "info"),
-            (
-                "%s - \"%s %s HTTP/%s\" %d",
-                &access.client,
-                &access.method,
-                &access.target,
-                access.version,
-                status,
-            ),
-        );
-    }
 }
 
 /// Logs what an app's coroutine raised: a traceback at ERROR, except for `send()`'s "client
