@@ -10,7 +10,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
-use super::io::{run_socket, WsExchange, WsReceive, WsSend};
+use super::callables::{WsReceive, WsSend};
+use super::exchange::WsExchange;
+use super::socket::run_socket;
 use crate::bridge::Completion;
 use crate::http::app_done::log_app_exception;
 use crate::http::body::ResponseBody;
