@@ -44,12 +44,12 @@ fn request_message<'py>(
 
 /// The ASGI `receive` callable of one request.
 #[pyclass(frozen, module = "ferrule._ferrule")]
-pub struct Receive {
+pub struct HttpReceive {
     pub exchange: Arc<Exchange>,
 }
 
 #[pymethods]
-impl Receive {
+impl HttpReceive {
     fn __call__(&self, py: Python<'_>) -> PyResult<Py<NativeFuture>> {
         let exchange = &self.exchange;
         let bridge = exchange.server.bridge.clone();
@@ -157,12 +157,12 @@ async fn read_body_chunk(
 
 /// The ASGI `send` callable of one request.
 #[pyclass(frozen, module = "ferrule._ferrule")]
-pub struct Send {
+pub struct HttpSend {
     pub exchange: Arc<Exchange>,
 }
 
 #[pymethods]
-impl Send {
+impl HttpSend {
     fn __call__(&self, py: Python<'_>, message: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let kind = message.get_item(intern!(py, "type"))?;
         let kind = kind
@@ -180,7 +180,7 @@ impl Send {
     }
 }
 
-impl Send {
+impl HttpSend {
     fn done(&self, py: Python<'_>) -> Py<PyAny> {
         self.exchange.server.done_future.clone_ref(py)
     }

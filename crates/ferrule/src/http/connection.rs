@@ -99,9 +99,9 @@ async fn accept_with_permit(
     Ok((stream, conn, permit))
 }
 
-trait IoStream: AsyncRead + AsyncWrite + Unpin + std::marker::Send {}
+trait IoStream: AsyncRead + AsyncWrite + Unpin + Send {}
 
-impl<T: AsyncRead + AsyncWrite + Unpin + std::marker::Send> IoStream for T {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> IoStream for T {}
 
 type Accepted = (Box<dyn IoStream>, ConnInfo);
 
@@ -194,8 +194,8 @@ async fn serve_connection(
         idle_timeout: first_request_timeout,
     };
     let service = service_fn(move |request| handle(request, conn.clone(), shared.clone()));
-    type BoxError = Box<dyn std::error::Error + std::marker::Send + Sync>;
-    type Serving<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + std::marker::Send + 'a>>;
+    type BoxError = Box<dyn std::error::Error + Send + Sync>;
+    type Serving<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>>;
     let serving: Serving<'_> = if versions.h1 {
         let connection = builder.serve_connection_with_upgrades(io, service);
         Box::pin(finish_when.drive(connection, |c| c.graceful_shutdown()))

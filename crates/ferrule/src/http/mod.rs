@@ -8,7 +8,7 @@
 //! - `scope`: the ASGI `http` scope;
 //! - `heads`: the raw request heads, recorded as hyper reads them (header order, framing);
 //! - `exchange`: `Exchange`, what hyper's side and the app's side share for one request;
-//! - `callables`: the ASGI `receive` / `send` callables;
+//! - `callables`: the ASGI `receive` / `send` callables (`HttpReceive`, `HttpSend`);
 //! - `body`: `ResponseBody`, the response body hyper polls;
 //! - `responses`: responses the server makes itself;
 //! - `messages`: reading the app's messages (optional fields, headers);

@@ -17,7 +17,7 @@ use crate::ws;
 use super::access_log::AccessInfo;
 use super::app_done::on_app_done;
 use super::body::ResponseBody;
-use super::callables::{Receive, Send};
+use super::callables::{HttpReceive, HttpSend};
 use super::conn::ConnInfo;
 use super::exchange::Exchange;
 use super::heads::RawHead;
@@ -298,13 +298,13 @@ fn call_app<'py>(
     let scope = build_scope(py, parts, raw_head, conn, forwarded, shared)?;
     let receive = Py::new(
         py,
-        Receive {
+        HttpReceive {
             exchange: exchange.clone(),
         },
     )?;
     let send = Py::new(
         py,
-        Send {
+        HttpSend {
             exchange: exchange.clone(),
         },
     )?;

@@ -220,7 +220,7 @@ impl HttpServer {
     fn start(
         &self,
         py: Python<'_>,
-        make_listener: impl FnOnce() -> std::io::Result<Listener> + std::marker::Send + 'static,
+        make_listener: impl FnOnce() -> std::io::Result<Listener> + Send + 'static,
     ) -> PyResult<Py<NativeFuture>> {
         let mut started = self.started.lock().unwrap();
         if *started {
