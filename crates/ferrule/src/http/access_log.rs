@@ -4,9 +4,9 @@ use http::Version;
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use super::conn::ConnInfo;
-use super::proxy::Forwarded;
-use super::shared::ServerShared;
+use crate::asgi::conn::ConnInfo;
+use crate::asgi::proxy::Forwarded;
+use crate::asgi::server::ServerShared;
 
 /// The request line parts the access log needs, captured before the request is handed over.
 pub struct AccessInfo {

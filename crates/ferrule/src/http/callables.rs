@@ -21,9 +21,9 @@ use tokio::sync::mpsc;
 use crate::bridge::{NativeFuture, ResumeVia};
 
 use super::body::ResponseBody;
-use super::disconnected::client_gone;
 use super::exchange::{disconnect_message, Exchange, Phase, RequestBody, BODY_CHANNEL_CAPACITY};
-use super::messages::{
+use crate::asgi::disconnected::client_gone;
+use crate::asgi::messages::{
     optional_field, optional_flag, parse_headers, parse_headers_into, DeclaredLength,
 };
 

@@ -14,11 +14,11 @@ use pyo3::prelude::*;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use super::conn::ConnInfo;
 use super::heads::{Recorder, RecordingIo};
 use super::request::handle;
 use super::server::Listener;
-use super::shared::ServerShared;
+use crate::asgi::conn::ConnInfo;
+use crate::asgi::server::ServerShared;
 
 pub(super) async fn accept_loop(
     listener: Listener,

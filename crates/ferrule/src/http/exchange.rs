@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use crate::bridge::{NativeFuture, ResumeVia};
 
 use super::body::ResponseBody;
-use super::responses::{closing_response, plain_response};
-use super::shared::ServerShared;
+use crate::asgi::responses::{closing_response, plain_response};
+use crate::asgi::server::ServerShared;
 
 /// Body chunks in flight to hyper, per response: above the drive budget (128 steps), so one
 /// drive can never fill the channel while holding the GIL (invariant I13).

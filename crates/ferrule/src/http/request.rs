@@ -18,13 +18,13 @@ use super::access_log::AccessInfo;
 use super::app_done::on_app_done;
 use super::body::ResponseBody;
 use super::callables::{HttpReceive, HttpSend};
-use super::conn::ConnInfo;
 use super::exchange::Exchange;
-use super::heads::RawHead;
-use super::proxy::Forwarded;
-use super::responses::{closing_response, plain_response, server_response};
-use super::scope::build_scope;
-use super::shared::ServerShared;
+use crate::asgi::conn::ConnInfo;
+use crate::asgi::proxy::Forwarded;
+use crate::asgi::raw_head::RawHead;
+use crate::asgi::responses::{closing_response, plain_response, server_response};
+use crate::asgi::scope::build_scope;
+use crate::asgi::server::ServerShared;
 
 /// Tells the app the client is gone if hyper drops the request before the response head.
 struct DisconnectOnDrop(Option<Arc<Exchange>>);

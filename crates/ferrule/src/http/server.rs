@@ -15,10 +15,10 @@ use tokio::sync::watch;
 use crate::bridge::{Bridge, NativeFuture, RequestContext, ResumeVia};
 
 use super::connection::accept_loop;
-use super::proxy::TrustedProxies;
-use super::scope::ScopeTemplate;
-use super::shared::{optional_seconds, HttpVersions, ServerShared, WsPing};
 use super::tls::{self, ClientCerts};
+use crate::asgi::proxy::TrustedProxies;
+use crate::asgi::scope::ScopeTemplate;
+use crate::asgi::server::{optional_seconds, HttpVersions, ServerShared, WsPing};
 
 /// Listening sockets handed over from Python (which binds them, for clear errors and for
 /// sharing one socket between worker processes).

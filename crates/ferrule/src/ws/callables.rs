@@ -11,11 +11,11 @@ use pyo3::types::{PyBytes, PyDict, PyString};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::asgi::disconnected::client_gone;
+use crate::asgi::messages::{optional_field, optional_flag, parse_headers};
+use crate::asgi::responses::plain_response;
 use crate::bridge::{NativeFuture, ResumeVia};
 use crate::http::body::ResponseBody;
-use crate::http::disconnected::client_gone;
-use crate::http::messages::{optional_field, optional_flag, parse_headers};
-use crate::http::responses::plain_response;
 
 use super::exchange::{check_close, close_message, Inbound, Phase, WsExchange};
 

@@ -12,9 +12,9 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::asgi::responses::plain_response;
+use crate::asgi::server::ServerShared;
 use crate::http::body::ResponseBody;
-use crate::http::responses::plain_response;
-use crate::http::shared::ServerShared;
 
 /// Messages from the app waiting for the socket; past this `send()` suspends.
 pub const OUTBOUND_CAPACITY: usize = 256;

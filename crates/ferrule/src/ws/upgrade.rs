@@ -13,15 +13,15 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use super::callables::{WsReceive, WsSend};
 use super::exchange::WsExchange;
 use super::socket::run_socket;
+use crate::asgi::conn::ConnInfo;
+use crate::asgi::logging::log_app_exception;
+use crate::asgi::proxy::Forwarded;
+use crate::asgi::raw_head::RawHead;
+use crate::asgi::responses::{closing_response, plain_response};
+use crate::asgi::scope::build_scope;
+use crate::asgi::server::ServerShared;
 use crate::bridge::Completion;
-use crate::http::app_done::log_app_exception;
 use crate::http::body::ResponseBody;
-use crate::http::conn::ConnInfo;
-use crate::http::heads::RawHead;
-use crate::http::proxy::Forwarded;
-use crate::http::responses::{closing_response, plain_response};
-use crate::http::scope::build_scope;
-use crate::http::shared::ServerShared;
 
 /// Whether `request` asks to become a WebSocket (RFC 6455, 4.1).
 pub fn is_upgrade(request: &Request<Incoming>) -> bool {

@@ -3,8 +3,8 @@
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 
-use super::body::ResponseBody;
-use super::shared::ServerShared;
+use super::server::ServerShared;
+use crate::http::body::ResponseBody;
 
 /// A response made by the server itself, without the app: `body` of `content_type`.
 pub fn server_response(

@@ -145,7 +145,7 @@ impl TrustedProxies {
     /// The scheme and client a trusted `peer` forwarded, if any. The last `X-Forwarded-Proto`
     /// line counts; the `X-Forwarded-For` lines are one list, in which the nearest untrusted
     /// hop is the client (the first one when every hop is trusted). An empty hop is no client.
-    /// (A WebSocket scope maps the scheme to ws/wss itself: `ws::serve::websocket_scope`.)
+    /// (A WebSocket scope maps the scheme to ws/wss itself: `ws::upgrade::websocket_scope`.)
     pub fn forwarded(&self, peer: Option<&str>, headers: &HeaderMap) -> Forwarded {
         let mut found = Forwarded::default();
         if !self.trusts(peer) {

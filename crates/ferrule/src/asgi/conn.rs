@@ -5,10 +5,10 @@ use std::sync::{Arc, OnceLock};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use super::heads::HeadLog;
 use super::proxy::Forwarded;
-use super::shared::ServerShared;
-use super::streams::OpenStreams;
+use super::server::ServerShared;
+use crate::http::heads::HeadLog;
+use crate::http::streams::OpenStreams;
 
 /// The two ends of one connection, as the scope's `client` and `server` want them.
 pub struct ConnInfo {

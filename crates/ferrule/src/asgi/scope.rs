@@ -8,9 +8,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use super::conn::ConnInfo;
-use super::heads::RawHead;
 use super::proxy::Forwarded;
-use super::shared::ServerShared;
+use super::raw_head::RawHead;
+use super::server::ServerShared;
 
 /// The parts of every request's scope that the server fixes, made once: each scope starts as a
 /// copy of `scope`. Copying a dict whose keys are all in place clones its key table in one go,
