@@ -1,25 +1,19 @@
-//! `ConnInfo`: one connection's two ends, as the scope wants them, and its own state.
+//! `ConnInfo`: one connection's two ends, as the scope wants them.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use super::proxy::Forwarded;
 use super::server::ServerShared;
-use crate::http::heads::HeadLog;
-use crate::http::streams::OpenStreams;
 
 /// The two ends of one connection, as the scope's `client` and `server` want them.
 pub struct ConnInfo {
     pub client: Option<(String, u16)>,
     pub server: (String, Option<u16>),
-    /// The request heads recorded as they were read, in the client's order.
-    pub heads: Arc<HeadLog>,
     /// Whether the connection is TLS (scheme "https").
     pub tls: bool,
-    /// Its HTTP/2 streams in progress, for the idle timeout.
-    pub streams: Arc<OpenStreams>,
     /// The tuples above as Python objects, made on the connection's first request.
     python: OnceLock<(Py<PyAny>, Py<PyAny>)>,
 }
@@ -29,9 +23,7 @@ impl ConnInfo {
         Self {
             client,
             server,
-            heads: Arc::default(),
             tls: false,
-            streams: Arc::default(),
             python: OnceLock::new(),
         }
     }

@@ -1,19 +1,19 @@
-//! Responses the server makes itself, without the app.
+//! Responses the server makes itself, without the app, in whichever body type the caller's
+//! protocol answers with (anything made from `Bytes`).
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 
 use super::server::ServerShared;
-use crate::http::body::ResponseBody;
 
 /// A response made by the server itself, without the app: `body` of `content_type`.
-pub fn server_response(
+pub fn server_response<B: From<Bytes>>(
     status: StatusCode,
     content_type: &'static str,
     body: Bytes,
     server: &ServerShared,
-) -> Response<ResponseBody> {
-    let mut response = Response::new(ResponseBody::full(body));
+) -> Response<B> {
+    let mut response = Response::new(B::from(body));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(
@@ -25,14 +25,14 @@ pub fn server_response(
 }
 
 /// A small text response made by the server itself (500, 503).
-pub fn plain_response(status: StatusCode, server: &ServerShared) -> Response<ResponseBody> {
+pub fn plain_response<B: From<Bytes>>(status: StatusCode, server: &ServerShared) -> Response<B> {
     let text = status.canonical_reason().unwrap_or("Error");
     let body = Bytes::from_static(text.as_bytes());
     server_response(status, "text/plain; charset=utf-8", body, server)
 }
 
 /// A server-made response after which the connection closes (a refused request).
-pub fn closing_response(status: StatusCode, server: &ServerShared) -> Response<ResponseBody> {
+pub fn closing_response<B: From<Bytes>>(status: StatusCode, server: &ServerShared) -> Response<B> {
     let mut response = plain_response(status, server);
     response
         .headers_mut()

@@ -71,6 +71,12 @@ impl ResponseBody {
     }
 }
 
+impl From<Bytes> for ResponseBody {
+    fn from(body: Bytes) -> Self {
+        ResponseBody::full(body)
+    }
+}
+
 /// The error a stream ends with when the app failed mid-response: hyper closes the connection.
 #[derive(Debug)]
 pub struct ResponseAborted;

@@ -14,9 +14,10 @@ use pyo3::prelude::*;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use super::heads::{Recorder, RecordingIo};
+use super::heads::{HeadLog, Recorder, RecordingIo};
 use super::request::handle;
 use super::server::Listener;
+use super::streams::OpenStreams;
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::server::ServerShared;
 
@@ -47,7 +48,7 @@ pub(super) async fn accept_loop(
         };
         let served = serve_connection(
             stream,
-            Arc::new(conn),
+            Arc::new(Connection::new(conn)),
             shared.clone(),
             builder.clone(),
             stopping.subscribe(),
@@ -80,6 +81,26 @@ pub(super) async fn accept_loop(
     if !drained {
         Python::attach(|py| shared.bridge.cancel_all(py));
         let _ = abort_tx.send(true);
+    }
+}
+
+/// One connection as its requests see it: its two ends (the scope's), and what the server
+/// keeps track of on it.
+pub(super) struct Connection {
+    pub(super) info: ConnInfo,
+    /// The request heads recorded as they were read, in the client's order.
+    pub(super) heads: Arc<HeadLog>,
+    /// Its HTTP/2 streams in progress, for the idle timeout.
+    pub(super) streams: Arc<OpenStreams>,
+}
+
+impl Connection {
+    fn new(info: ConnInfo) -> Self {
+        Self {
+            info,
+            heads: Arc::default(),
+            streams: Arc::default(),
+        }
     }
 }
 
@@ -164,7 +185,7 @@ const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// One connection, from the TLS handshake (if any) to its close.
 async fn serve_connection(
     stream: Box<dyn IoStream>,
-    conn: Arc<ConnInfo>,
+    conn: Arc<Connection>,
     shared: Arc<ServerShared>,
     builder: Arc<auto::Builder<TokioExecutor>>,
     stopping: watch::Receiver<bool>,
@@ -225,7 +246,7 @@ async fn serve_connection(
 struct FinishWhen {
     /// Held until the connection ends: the server's drain waits for every receiver to go.
     stopping: watch::Receiver<bool>,
-    conn: Arc<ConnInfo>,
+    conn: Arc<Connection>,
     idle_timeout: Duration,
 }
 

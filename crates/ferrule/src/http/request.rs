@@ -18,6 +18,7 @@ use super::access_log::AccessInfo;
 use super::app_done::on_app_done;
 use super::body::ResponseBody;
 use super::callables::{HttpReceive, HttpSend};
+use super::connection::Connection;
 use super::exchange::Exchange;
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::proxy::Forwarded;
@@ -39,7 +40,7 @@ impl Drop for DisconnectOnDrop {
 
 pub(super) async fn handle(
     request: Request<Incoming>,
-    conn: Arc<ConnInfo>,
+    conn: Arc<Connection>,
     shared: Arc<ServerShared>,
 ) -> Result<Response<ResponseBody>, Infallible> {
     let received = shared.bridge.trace.mark();
@@ -74,7 +75,8 @@ pub(super) async fn handle(
     }
     if let Some(max_size) = shared.ws_max_size {
         if ws::is_upgrade(&request) {
-            return Ok(ws::upgrade(request, raw_head, conn, shared.clone(), max_size).await);
+            let answer = ws::upgrade(request, raw_head, &conn.info, shared.clone(), max_size).await;
+            return Ok(answer.map(ResponseBody::full));
         }
     }
     let (parts, body) = request.into_parts();
@@ -89,7 +91,7 @@ pub(super) async fn handle(
             .get(http::header::EXPECT)
             .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     // Here, without the GIL: the scope and the access line both need it.
-    let forwarded = conn.forwarded(&parts.headers, &shared);
+    let forwarded = conn.info.forwarded(&parts.headers, &shared);
     let exchange = Arc::new(Exchange::new(
         shared.clone(),
         head_tx,
@@ -101,14 +103,14 @@ pub(super) async fn handle(
     let access = shared
         .access_logger
         .is_some()
-        .then(|| AccessInfo::new(&parts, &conn, &forwarded));
+        .then(|| AccessInfo::new(&parts, &conn.info, &forwarded));
     let mut guard = DisconnectOnDrop(Some(exchange.clone()));
     let mut access = access;
     let mut begin = {
         let exchange = exchange.clone();
         move |py: Python<'_>| {
             let head = (&parts, raw_head.as_ref(), &forwarded);
-            if let Err(err) = start_app(py, &exchange, head, &conn, &mut access, received) {
+            if let Err(err) = start_app(py, &exchange, head, &conn.info, &mut access, received) {
                 // Calling the app raised before there was a coroutine (say, a sync callable):
                 // the same 500 and logged traceback as an exception inside it.
                 on_app_done(py, &exchange, access.as_ref(), Err(err));

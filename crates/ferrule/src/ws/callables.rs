@@ -15,7 +15,6 @@ use crate::asgi::disconnected::client_gone;
 use crate::asgi::messages::{optional_field, optional_flag, parse_headers};
 use crate::asgi::responses::plain_response;
 use crate::bridge::{NativeFuture, ResumeVia};
-use crate::http::body::ResponseBody;
 
 use super::exchange::{check_close, close_message, Inbound, Phase, WsExchange};
 
@@ -191,7 +190,7 @@ impl WsSend {
             HeaderValue::from_static("Upgrade"),
         );
         self.exchange.server.add_default_headers(&mut headers);
-        let mut response = Response::new(ResponseBody::full(Bytes::new()));
+        let mut response = Response::new(Bytes::new());
         *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
         *response.headers_mut() = headers;
         state.phase = Phase::Accepted;
@@ -225,7 +224,7 @@ impl WsSend {
                 let more = optional_flag(message, intern!(py, "more_body"))?;
                 if !more {
                     let (status, headers, body) = state.denial.take().expect("a denial started");
-                    let mut response = Response::new(ResponseBody::full(Bytes::from(body)));
+                    let mut response = Response::new(Bytes::from(body));
                     *response.status_mut() = status;
                     *response.headers_mut() = headers;
                     self.exchange

@@ -14,7 +14,6 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::asgi::responses::plain_response;
 use crate::asgi::server::ServerShared;
-use crate::http::body::ResponseBody;
 
 /// Messages from the app waiting for the socket; past this `send()` suspends.
 pub const OUTBOUND_CAPACITY: usize = 256;
@@ -41,7 +40,7 @@ pub(super) struct State {
     pub(super) phase: Phase,
     pub(super) connect_delivered: bool,
     /// The upgrade's HTTP answer (101, 403, 500 or the app's own), until sent.
-    head_tx: Option<oneshot::Sender<Response<ResponseBody>>>,
+    head_tx: Option<oneshot::Sender<Response<Bytes>>>,
     pub(super) accept_key: String,
     pub(super) denial: Option<(StatusCode, HeaderMap, Vec<u8>)>,
     pub(super) outbound: Option<mpsc::Sender<Message>>,
@@ -66,7 +65,7 @@ pub struct SocketEnds {
 }
 
 /// The upgrade's HTTP answer (101, 403, 500 or the app's own), once the app has decided.
-pub type Answer = oneshot::Receiver<Response<ResponseBody>>;
+pub type Answer = oneshot::Receiver<Response<Bytes>>;
 
 impl WsExchange {
     pub fn new(server: Arc<ServerShared>, accept_key: String) -> (Arc<Self>, Answer, SocketEnds) {
@@ -96,7 +95,7 @@ impl WsExchange {
         (exchange, head_rx, ends)
     }
 
-    pub(super) fn answer(state: &mut State, response: Response<ResponseBody>) {
+    pub(super) fn answer(state: &mut State, response: Response<Bytes>) {
         if let Some(head_tx) = state.head_tx.take() {
             let _ = head_tx.send(response);
         }

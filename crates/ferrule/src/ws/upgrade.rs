@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use pyo3::intern;
@@ -21,7 +22,6 @@ use crate::asgi::responses::{closing_response, plain_response};
 use crate::asgi::scope::build_scope;
 use crate::asgi::server::ServerShared;
 use crate::bridge::Completion;
-use crate::http::body::ResponseBody;
 
 /// Whether `request` asks to become a WebSocket (RFC 6455, 4.1).
 pub fn is_upgrade(request: &Request<Incoming>) -> bool {
@@ -53,10 +53,10 @@ fn is_handshake_key(key: &[u8]) -> bool {
 pub async fn upgrade(
     mut request: Request<Incoming>,
     raw_head: Option<RawHead>,
-    conn: Arc<ConnInfo>,
+    conn: &ConnInfo,
     shared: Arc<ServerShared>,
     max_size: usize,
-) -> Response<ResponseBody> {
+) -> Response<Bytes> {
     let headers = request.headers();
     let version_ok = headers
         .get(http::header::SEC_WEBSOCKET_VERSION)
@@ -83,7 +83,7 @@ pub async fn upgrade(
     shared.ws_sessions.send_modify(|open| *open += 1);
     Python::attach(|py| {
         let head = (&parts, raw_head.as_ref(), &forwarded);
-        if let Err(err) = start_app(py, &exchange, head, &conn) {
+        if let Err(err) = start_app(py, &exchange, head, conn) {
             on_app_done(py, &exchange, Err(err));
         }
     });
