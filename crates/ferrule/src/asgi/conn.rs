@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use super::proxy::Forwarded;
-use super::server::ServerShared;
+use super::settings::Settings;
 
 /// The two ends of one connection, as the scope's `client` and `server` want them.
 pub struct ConnInfo {
@@ -61,9 +61,9 @@ impl ConnInfo {
     }
 
     /// What a trusted proxy's headers say of this request (nothing when the peer is none).
-    pub fn forwarded(&self, headers: &http::HeaderMap, server: &ServerShared) -> Forwarded {
+    pub fn forwarded(&self, headers: &http::HeaderMap, settings: &Settings) -> Forwarded {
         let peer = self.client.as_ref().map(|(host, _)| host.as_str());
-        server.proxies.forwarded(peer, headers)
+        settings.forwarded(peer, headers)
     }
 
     /// `host:port` of the client for the access log: the forwarded one if any, as uvicorn

@@ -5,13 +5,13 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::disconnected::ClientDisconnected;
-use super::server::ServerShared;
+use super::handles::PyHandles;
 
 /// Logs what an app's coroutine raised: a traceback at ERROR, except for `send()`'s "client
 /// went away" let through, which is routine (INFO, no traceback).
-pub fn log_app_exception(py: Python<'_>, server: &ServerShared, error: PyErr) {
+pub fn log_app_exception(py: Python<'_>, handles: &PyHandles, error: PyErr) {
     if error.is_instance_of::<ClientDisconnected>(py) {
-        let _ = server.error_logger.bind(py).call_method1(
+        let _ = handles.error_logger.bind(py).call_method1(
             intern!(py, "info"),
             ("Client disconnected before the response completed",),
         );
@@ -22,7 +22,7 @@ pub fn log_app_exception(py: Python<'_>, server: &ServerShared, error: PyErr) {
     let logged = kwargs
         .set_item(intern!(py, "exc_info"), error.into_value(py))
         .and_then(|_| {
-            server.error_logger.bind(py).call_method(
+            handles.error_logger.bind(py).call_method(
                 intern!(py, "error"),
                 ("Exception in ASGI application",),
                 Some(&kwargs),

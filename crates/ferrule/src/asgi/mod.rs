@@ -1,6 +1,10 @@
 //! The ASGI plumbing HTTP and WebSockets share:
-//! - `server`: `ServerShared`, what every connection and request of one server shares;
-//! - `conn`: `ConnInfo`, one connection's two ends and its own state;
+//! - `server`: `Server`, what every connection and request of one server shares, made of
+//!   - `settings`: `Settings`, what the server was configured with;
+//!   - `handles`: `PyHandles`, the Python objects it calls or hands to the app;
+//!   - `live`: `LiveState`, what changes as it runs (requests in flight, stopping);
+//!   - `diagnostics`: `Diagnostics`, the benchmark's hooks answered from Rust;
+//! - `conn`: `ConnInfo`, one connection's two ends;
 //! - `raw_head`: `RawHead`, a request head as the client sent it;
 //! - `proxy`: what a trusted proxy's `X-Forwarded-*` headers change in the scope;
 //! - `scope`: the ASGI scope of a request;
@@ -10,7 +14,10 @@
 //! - `logging`: logging what an app raised.
 
 pub(crate) mod conn;
+pub(crate) mod diagnostics;
 pub(crate) mod disconnected;
+pub(crate) mod handles;
+pub(crate) mod live;
 pub(crate) mod logging;
 pub(crate) mod messages;
 pub(crate) mod proxy;
@@ -18,6 +25,7 @@ pub(crate) mod raw_head;
 pub(crate) mod responses;
 pub(crate) mod scope;
 pub(crate) mod server;
+pub(crate) mod settings;
 
 use pyo3::prelude::*;
 

@@ -10,7 +10,6 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use super::conn::ConnInfo;
 use super::proxy::Forwarded;
 use super::raw_head::RawHead;
-use super::server::ServerShared;
 
 /// The parts of every request's scope that the server fixes, made once: each scope starts as a
 /// copy of `scope`. Copying a dict whose keys are all in place clones its key table in one go,
@@ -19,10 +18,19 @@ use super::server::ServerShared;
 pub struct ScopeTemplate {
     scope: Py<PyDict>,
     asgi: Py<PyDict>,
+    /// `--root-path`, prepended to each scope's `path`.
+    root_path: Py<PyString>,
+    /// What lifespan startup left in its state, copied into each scope.
+    lifespan_state: Option<Py<PyDict>>,
 }
 
 impl ScopeTemplate {
-    pub fn new(py: Python<'_>, root_path: &Bound<'_, PyString>, state: bool) -> PyResult<Self> {
+    pub fn new(
+        py: Python<'_>,
+        root_path: &str,
+        lifespan_state: Option<Py<PyDict>>,
+    ) -> PyResult<Self> {
+        let root_path = PyString::new(py, root_path);
         let asgi = PyDict::new(py);
         asgi.set_item(intern!(py, "version"), intern!(py, "3.0"))?;
         asgi.set_item(intern!(py, "spec_version"), intern!(py, "2.4"))?;
@@ -41,7 +49,7 @@ impl ScopeTemplate {
         ] {
             scope.set_item(key, &none)?;
         }
-        scope.set_item(intern!(py, "root_path"), root_path)?;
+        scope.set_item(intern!(py, "root_path"), &root_path)?;
         for key in [
             intern!(py, "headers"),
             intern!(py, "client"),
@@ -50,12 +58,14 @@ impl ScopeTemplate {
         ] {
             scope.set_item(key, &none)?;
         }
-        if state {
+        if lifespan_state.is_some() {
             scope.set_item(intern!(py, "state"), &none)?;
         }
         Ok(Self {
             scope: scope.unbind(),
             asgi: asgi.unbind(),
+            root_path: root_path.unbind(),
+            lifespan_state,
         })
     }
 }
@@ -66,9 +76,8 @@ pub fn build_scope<'py>(
     raw_head: Option<&RawHead>,
     conn: &ConnInfo,
     forwarded: &Forwarded,
-    server: &ServerShared,
+    template: &ScopeTemplate,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let template = &server.scope_template;
     let scope = template.scope.bind(py).copy()?;
     scope.set_item(intern!(py, "asgi"), template.asgi.bind(py).copy()?)?;
     scope.set_item(
@@ -84,7 +93,7 @@ pub fn build_scope<'py>(
     scope.set_item(intern!(py, "scheme"), scheme)?;
     let raw_path = parts.uri.path().as_bytes();
     let decoded = percent_decode(raw_path).decode_utf8_lossy();
-    let root_path = server.root_path.bind(py);
+    let root_path = template.root_path.bind(py);
     let path = if root_path.is_empty()? {
         PyString::new(py, &decoded)
     } else {
@@ -131,7 +140,7 @@ pub fn build_scope<'py>(
     extensions.set_item(intern!(py, "http.response.pathsend"), PyDict::new(py))?;
     extensions.set_item(intern!(py, "http.response.trailers"), PyDict::new(py))?;
     scope.set_item(intern!(py, "extensions"), extensions)?;
-    if let Some(state) = &server.state {
+    if let Some(state) = &template.lifespan_state {
         scope.set_item(intern!(py, "state"), state.bind(py).copy()?)?;
     }
     Ok(scope)

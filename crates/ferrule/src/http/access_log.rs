@@ -5,8 +5,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 
 use crate::asgi::conn::ConnInfo;
+use crate::asgi::handles::PyHandles;
 use crate::asgi::proxy::Forwarded;
-use crate::asgi::server::ServerShared;
 
 /// The request line parts the access log needs, captured before the request is handed over.
 pub struct AccessInfo {
@@ -33,11 +33,11 @@ impl AccessInfo {
 
 pub(super) fn log_access(
     py: Python<'_>,
-    server: &ServerShared,
+    handles: &PyHandles,
     access: Option<&AccessInfo>,
     status: u16,
 ) {
-    if let (Some(access_logger), Some(access)) = (&server.access_logger, access) {
+    if let (Some(access_logger), Some(access)) = (&handles.access_logger, access) {
         let _ = access_logger.bind(py).call_method1(
             intern!(py, "info"),
             (

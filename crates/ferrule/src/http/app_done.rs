@@ -18,16 +18,17 @@ pub fn on_app_done(
     result: PyResult<Py<PyAny>>,
 ) {
     let server = &exchange.server;
-    server.request_finished();
+    server.state.request_finished();
     let failed = result.is_err();
     let (status, problem) = exchange.finish_app(py, failed);
     if let Err(error) = result {
-        log_app_exception(py, server, error);
+        log_app_exception(py, &server.py, error);
     } else if let Some(problem) = problem {
         let _ = server
+            .py
             .error_logger
             .bind(py)
             .call_method1(intern!(py, "error"), (problem,));
     }
-    log_access(py, server, access, status);
+    log_access(py, &server.py, access, status);
 }

@@ -115,12 +115,12 @@ async fn read_body_chunk(
             match chunk {
                 Ok((data, finished)) => {
                     state.body_read += data.len() as u64;
-                    let limit = exchange.server.limit_request_body;
+                    let limit = exchange.server.settings.limit_request_body;
                     if limit.is_some_and(|limit| state.body_read > limit) {
                         // A body without Content-Length that grew past the limit: answer 413 if
                         // the response has not started, and the app hears the client is gone.
                         state.body = RequestBody::Done;
-                        state.refuse(StatusCode::PAYLOAD_TOO_LARGE, &exchange.server);
+                        state.refuse(StatusCode::PAYLOAD_TOO_LARGE, &exchange.server.settings);
                         drop(state);
                         exchange.mark_disconnected(py);
                         disconnect_message(py)
@@ -139,7 +139,7 @@ async fn read_body_chunk(
                     // started; either way the app hears the client is gone.
                     state.body = RequestBody::Done;
                     if !err.is_incomplete_message() {
-                        state.refuse(StatusCode::BAD_REQUEST, &exchange.server);
+                        state.refuse(StatusCode::BAD_REQUEST, &exchange.server.settings);
                     }
                     drop(state);
                     exchange.mark_disconnected(py);
@@ -182,7 +182,7 @@ impl HttpSend {
 
 impl HttpSend {
     fn done(&self, py: Python<'_>) -> Py<PyAny> {
-        self.exchange.server.done_future.clone_ref(py)
+        self.exchange.server.py.done_future.clone_ref(py)
     }
 
     fn start(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {

@@ -13,30 +13,46 @@ use hyper_util::server::conn::auto;
 use pyo3::prelude::*;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::TlsAcceptor;
 
 use super::heads::{HeadLog, Recorder, RecordingIo};
 use super::request::handle;
 use super::server::Listener;
 use super::streams::OpenStreams;
 use crate::asgi::conn::ConnInfo;
-use crate::asgi::server::ServerShared;
+use crate::asgi::live::Stop;
+use crate::asgi::server::Server;
+use crate::asgi::settings::Settings;
 
+/// How every connection of one server is served: hyper's settings, and TLS if it is on.
+struct ConnectionSetup {
+    builder: auto::Builder<TokioExecutor>,
+    tls: Option<TlsAcceptor>,
+}
+
+/// Accepts connections until the server is asked to stop, then drains them: each finishes
+/// what it has in progress within the graceful timeout, or is cancelled and closed.
 pub(super) async fn accept_loop(
     listener: Listener,
-    shared: Arc<ServerShared>,
-    mut stop: watch::Receiver<Option<Option<Duration>>>,
+    server: Arc<Server>,
+    tls: Option<TlsAcceptor>,
+    mut stop: watch::Receiver<Stop>,
 ) {
     // Each connection holds a receiver until it ends: told `true`, it finishes gracefully,
     // and once every receiver is gone every connection has ended.
     let (stopping, _) = watch::channel(false);
     let (abort_tx, abort_rx) = watch::channel(false);
-    let builder = Arc::new(connection_builder(&shared));
-    let permits = Arc::new(Semaphore::new(shared.max_connections));
+    let tls_on = tls.is_some();
+    let setup = Arc::new(ConnectionSetup {
+        builder: connection_builder(&server.settings),
+        tls,
+    });
+    let permits = Arc::new(Semaphore::new(server.settings.connection_limit));
     loop {
         let accepted = tokio::select! {
             biased;
             _ = stop.wait_for(Option::is_some) => break,
-            accepted = accept_with_permit(&listener, &permits, &shared) => accepted,
+            accepted = accept_with_permit(&listener, &permits, tls_on) => accepted,
         };
         let (stream, conn, permit) = match accepted {
             Ok(accepted) => accepted,
@@ -49,8 +65,8 @@ pub(super) async fn accept_loop(
         let served = serve_connection(
             stream,
             Arc::new(Connection::new(conn)),
-            shared.clone(),
-            builder.clone(),
+            server.clone(),
+            setup.clone(),
             stopping.subscribe(),
         );
         let mut abort = abort_rx.clone();
@@ -64,7 +80,7 @@ pub(super) async fn accept_loop(
     }
     drop(listener);
     let timeout = stop.borrow().flatten();
-    let mut ws_sessions = shared.ws_sessions.subscribe();
+    let mut ws_sessions = server.state.ws_sessions.subscribe();
     let drain = async {
         stopping.send_replace(true);
         stopping.closed().await;
@@ -79,7 +95,7 @@ pub(super) async fn accept_loop(
         }
     };
     if !drained {
-        Python::attach(|py| shared.bridge.cancel_all(py));
+        Python::attach(|py| server.bridge.cancel_all(py));
         let _ = abort_tx.send(true);
     }
 }
@@ -108,7 +124,7 @@ impl Connection {
 async fn accept_with_permit(
     listener: &Listener,
     permits: &Arc<Semaphore>,
-    shared: &ServerShared,
+    tls: bool,
 ) -> std::io::Result<(Box<dyn IoStream>, ConnInfo, OwnedSemaphorePermit)> {
     let permit = permits
         .clone()
@@ -116,7 +132,7 @@ async fn accept_with_permit(
         .await
         .expect("the semaphore is never closed");
     let (stream, mut conn) = accept(listener).await?;
-    conn.tls = shared.tls.is_some();
+    conn.tls = tls;
     Ok((stream, conn, permit))
 }
 
@@ -149,30 +165,30 @@ async fn accept(listener: &Listener) -> std::io::Result<Accepted> {
 /// (hyper-util's auto builder), or HTTP/2 alone. HTTP/1.1 alone cannot be asked of the auto
 /// builder once upgrades are on (it ignores it), so the head recorder refuses an HTTP/2 preface
 /// then (`Recorder::refusing_http2`).
-fn connection_builder(shared: &ServerShared) -> auto::Builder<TokioExecutor> {
+fn connection_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(shared.header_read_timeout())
-        .auto_date_header(shared.date_header)
+        .header_read_timeout(settings.header_read_timeout())
+        .auto_date_header(settings.date_header)
         // The request line and headers must fit in `max_head_size`. hyper's buffer is twice
         // that, so a head a little over the limit is still parsed whole: a long request line
         // then gets 414 from hyper (it only tells URI length on a complete parse), long headers
         // 431 from `refusal`. Past the buffer hyper answers 431 and closes.
-        .max_buf_size(2 * shared.max_head_size);
+        .max_buf_size(2 * settings.max_head_size);
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_header_list_size(u32::try_from(shared.max_head_size).unwrap_or(u32::MAX))
+        .max_header_list_size(u32::try_from(settings.max_head_size).unwrap_or(u32::MAX))
         // A peer silent for the keep-alive timeout is PINGed, and dropped if it does not answer
         // within as long again: a client gone without a FIN (a NAT that forgot it, a machine
         // switched off) would otherwise keep its connection slot for ever. A live client that
         // answers PINGs but opens no stream is sent GOAWAY after as long (`FinishWhen`).
-        .keep_alive_interval(shared.header_read_timeout())
-        .keep_alive_timeout(shared.header_read_timeout())
-        .auto_date_header(shared.date_header);
-    if shared.versions.h1 {
+        .keep_alive_interval(settings.header_read_timeout())
+        .keep_alive_timeout(settings.header_read_timeout())
+        .auto_date_header(settings.date_header);
+    if settings.http.h1 {
         builder
     } else {
         builder.http2_only()
@@ -186,11 +202,11 @@ const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 async fn serve_connection(
     stream: Box<dyn IoStream>,
     conn: Arc<Connection>,
-    shared: Arc<ServerShared>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    server: Arc<Server>,
+    setup: Arc<ConnectionSetup>,
     stopping: watch::Receiver<bool>,
 ) {
-    let stream: Box<dyn IoStream> = match &shared.tls {
+    let stream: Box<dyn IoStream> = match &setup.tls {
         None => stream,
         Some(acceptor) => {
             match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
@@ -201,28 +217,29 @@ async fn serve_connection(
         }
     };
     // The record of request heads sees the bytes after TLS, as hyper does.
-    let mut recorder = Recorder::new(conn.heads.clone(), shared.max_head_size);
-    if !shared.versions.h2 {
+    let settings = &server.settings;
+    let mut recorder = Recorder::new(conn.heads.clone(), settings.max_head_size);
+    if !settings.http.h2 {
         recorder = recorder.refusing_http2();
     }
     let io = TokioIo::new(RecordingIo::new(stream, recorder));
     let heads = conn.heads.clone();
-    let first_request_timeout = shared.header_read_timeout();
-    let versions = shared.versions;
+    let first_request_timeout = settings.header_read_timeout();
+    let versions = settings.http;
     let finish_when = FinishWhen {
         stopping,
         conn: conn.clone(),
         idle_timeout: first_request_timeout,
     };
-    let service = service_fn(move |request| handle(request, conn.clone(), shared.clone()));
+    let service = service_fn(move |request| handle(request, conn.clone(), server.clone()));
     type BoxError = Box<dyn std::error::Error + Send + Sync>;
     type Serving<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>>;
     let serving: Serving<'_> = if versions.h1 {
-        let connection = builder.serve_connection_with_upgrades(io, service);
+        let connection = setup.builder.serve_connection_with_upgrades(io, service);
         Box::pin(finish_when.drive(connection, |c| c.graceful_shutdown()))
     } else {
         // WebSockets are HTTP/1.1 upgrades: none to allow on HTTP/2 alone.
-        let connection = builder.serve_connection(io, service);
+        let connection = setup.builder.serve_connection(io, service);
         Box::pin(finish_when.drive(connection, |c| c.graceful_shutdown()))
     };
     tokio::pin!(serving);

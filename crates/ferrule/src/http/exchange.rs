@@ -16,7 +16,8 @@ use crate::bridge::{NativeFuture, ResumeVia};
 
 use super::body::ResponseBody;
 use crate::asgi::responses::{closing_response, plain_response};
-use crate::asgi::server::ServerShared;
+use crate::asgi::server::Server;
+use crate::asgi::settings::Settings;
 
 /// Body chunks in flight to hyper, per response: above the drive budget (128 steps), so one
 /// drive can never fill the channel while holding the GIL (invariant I13).
@@ -76,9 +77,9 @@ pub(super) struct ExchangeState {
 
 impl ExchangeState {
     /// Answers `status` and closes, if the response has not started (else nothing to do).
-    pub(super) fn refuse(&mut self, status: StatusCode, server: &ServerShared) {
+    pub(super) fn refuse(&mut self, status: StatusCode, settings: &Settings) {
         if let Some(head_tx) = self.head_tx.take() {
-            let _ = head_tx.send(closing_response(status, server));
+            let _ = head_tx.send(closing_response(status, settings));
             self.status = status.as_u16();
         }
     }
@@ -86,7 +87,7 @@ impl ExchangeState {
 
 /// What hyper's side and the app's side share for one request.
 pub struct Exchange {
-    pub server: Arc<ServerShared>,
+    pub server: Arc<Server>,
     pub(super) head_request: bool,
     /// The request asked `Expect: 100-continue` before sending its body (see `send_head`).
     expects_continue: bool,
@@ -106,7 +107,7 @@ impl Exchange {
     /// `head_request`: a HEAD request, whose response has no body whatever its Content-Length.
     /// `expects_continue`: it asked `Expect: 100-continue` and has a body to come.
     pub fn new(
-        server: Arc<ServerShared>,
+        server: Arc<Server>,
         head_tx: oneshot::Sender<Response<ResponseBody>>,
         body: Incoming,
         head_request: bool,
@@ -173,7 +174,9 @@ impl Exchange {
         let mut response = Response::new(body);
         *response.status_mut() = status;
         *response.headers_mut() = headers;
-        self.server.add_default_headers(response.headers_mut());
+        self.server
+            .settings
+            .add_default_headers(response.headers_mut());
         if self.expects_continue && matches!(state.body, RequestBody::Unread(_)) {
             // The app answers without reading the body, so no `100 Continue` went out and the
             // client may not have sent it: hyper closes the connection, having no way to tell
@@ -244,7 +247,7 @@ impl Exchange {
                     if let Some(head_tx) = state.head_tx.take() {
                         let _ = head_tx.send(plain_response(
                             StatusCode::INTERNAL_SERVER_ERROR,
-                            &self.server,
+                            &self.server.settings,
                         ));
                         state.status = 500;
                     }

@@ -2,7 +2,6 @@
 //! hand-over, and calling the app.
 
 use std::convert::Infallible;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use http::header::CONTENT_LENGTH;
@@ -11,7 +10,7 @@ use hyper::body::Incoming;
 use pyo3::prelude::*;
 use tokio::sync::oneshot;
 
-use crate::bridge::{trace, Completion};
+use crate::bridge::Completion;
 use crate::ws;
 
 use super::access_log::AccessInfo;
@@ -23,9 +22,10 @@ use super::exchange::Exchange;
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::proxy::Forwarded;
 use crate::asgi::raw_head::RawHead;
-use crate::asgi::responses::{closing_response, plain_response, server_response};
+use crate::asgi::responses::{closing_response, plain_response};
 use crate::asgi::scope::build_scope;
-use crate::asgi::server::ServerShared;
+use crate::asgi::server::Server;
+use crate::asgi::settings::Settings;
 
 /// Tells the app the client is gone if hyper drops the request before the response head.
 struct DisconnectOnDrop(Option<Arc<Exchange>>);
@@ -38,46 +38,40 @@ impl Drop for DisconnectOnDrop {
     }
 }
 
+/// hyper's service: one request, from its head to the response's head (a streamed body goes on
+/// after).
 pub(super) async fn handle(
     request: Request<Incoming>,
     conn: Arc<Connection>,
-    shared: Arc<ServerShared>,
+    server: Arc<Server>,
 ) -> Result<Response<ResponseBody>, Infallible> {
-    let received = shared.bridge.trace.mark();
+    let received = server.bridge.trace.mark();
     // Taken first, whatever happens to the request, to stay in step with hyper's order.
     let raw_head = conn.heads.take();
     // Until the response's last byte: a streamed body takes it over below.
     let open_stream = (request.version() == http::Version::HTTP_2).then(|| conn.streams.open());
-    shared.count_request();
-    let previous = shared.in_flight.fetch_add(1, Ordering::AcqRel);
-    if shared
-        .limit_concurrency
-        .is_some_and(|limit| previous >= limit)
-    {
-        shared.request_finished();
-        return Ok(plain_response(StatusCode::SERVICE_UNAVAILABLE, &shared));
+    let settings = &server.settings;
+    let state = &server.state;
+    state.count_request();
+    if !state.start_request(settings.limit_concurrency) {
+        return Ok(plain_response(StatusCode::SERVICE_UNAVAILABLE, settings));
     }
     if raw_head.as_ref().is_some_and(|head| head.ambiguous) {
-        shared.request_finished();
-        return Ok(closing_response(StatusCode::BAD_REQUEST, &shared));
+        state.request_finished();
+        return Ok(closing_response(StatusCode::BAD_REQUEST, settings));
     }
-    if let Some(status) = refusal(&request, raw_head.is_some(), &shared) {
-        shared.request_finished();
-        return Ok(closing_response(status, &shared));
+    if let Some(status) = refusal(&request, raw_head.is_some(), settings) {
+        state.request_finished();
+        return Ok(closing_response(status, settings));
     }
-    if shared.rust_hello_route.as_deref() == Some(request.uri().path()) {
-        shared.request_finished();
-        return Ok(rust_hello(&shared));
+    let path = request.uri().path();
+    if let Some(answer) = server.diagnostics.answer(path, &server.bridge, settings) {
+        state.request_finished();
+        return Ok(answer);
     }
-    if shared.stats_route.as_deref() == Some(request.uri().path()) {
-        shared.request_finished();
-        return Ok(bridge_stats(&shared));
-    }
-    if let Some(max_size) = shared.ws_max_size {
-        if ws::is_upgrade(&request) {
-            let answer = ws::upgrade(request, raw_head, &conn.info, shared.clone(), max_size).await;
-            return Ok(answer.map(ResponseBody::full));
-        }
+    if settings.websockets && ws::is_upgrade(&request) {
+        let answer = ws::upgrade(request, raw_head, &conn.info, server.clone()).await;
+        return Ok(answer.map(ResponseBody::full));
     }
     let (parts, body) = request.into_parts();
     let http10 = parts.version == http::Version::HTTP_10;
@@ -91,16 +85,17 @@ pub(super) async fn handle(
             .get(http::header::EXPECT)
             .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     // Here, without the GIL: the scope and the access line both need it.
-    let forwarded = conn.info.forwarded(&parts.headers, &shared);
+    let forwarded = conn.info.forwarded(&parts.headers, settings);
     let exchange = Arc::new(Exchange::new(
-        shared.clone(),
+        server.clone(),
         head_tx,
         body,
         head_request,
         expects_continue,
     ));
     // Built only when an access log line will be written: it costs three allocations.
-    let access = shared
+    let access = server
+        .py
         .access_logger
         .is_some()
         .then(|| AccessInfo::new(&parts, &conn.info, &forwarded));
@@ -117,7 +112,7 @@ pub(super) async fn handle(
             }
         }
     };
-    let bridge = &shared.bridge;
+    let bridge = &server.bridge;
     if bridge.starts_on_loop() {
         bridge.start_on_loop(Box::new(begin));
     } else {
@@ -131,7 +126,7 @@ pub(super) async fn handle(
     }
     let mut response = head_rx
         .await
-        .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &shared));
+        .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, settings));
     guard.0 = None;
     if http10 && response.body().is_streamed() && !response.headers().contains_key(CONTENT_LENGTH) {
         // HTTP/1.0 has no chunks: this body ends at the close. Said as HTTP/1.0, the response
@@ -145,48 +140,12 @@ pub(super) async fn handle(
     Ok(response)
 }
 
-/// What the benchmark app's `/hello` answers, made without Python.
-fn rust_hello(shared: &ServerShared) -> Response<ResponseBody> {
-    let body = bytes::Bytes::from_static(b"Hello, world!");
-    server_response(StatusCode::OK, "text/plain", body, shared)
-}
-
-/// The bridge's counters as a JSON object, made without Python (so reading them moves none).
-fn bridge_stats(shared: &ServerShared) -> Response<ResponseBody> {
-    let mut fields: Vec<String> = shared
-        .bridge
-        .counters
-        .snapshot()
-        .into_iter()
-        .map(|(name, value)| format!("\"{name}\": {value}"))
-        .collect();
-    let trace = &shared.bridge.trace;
-    if trace.enabled() {
-        let list = |values: Vec<u64>| {
-            let items: Vec<String> = values.iter().map(u64::to_string).collect();
-            format!("[{}]", items.join(","))
-        };
-        let bounds = trace::bucket_upper_bounds();
-        let mut histograms = vec![format!("\"bucket_upper_ns\": {}", list(bounds))];
-        for (name, counts) in trace.snapshot() {
-            histograms.push(format!("\"{name}\": {}", list(counts)));
-        }
-        fields.push(format!("\"trace\": {{{}}}", histograms.join(", ")));
-    }
-    let body = format!("{{{}}}", fields.join(", "));
-    server_response(StatusCode::OK, "application/json", body.into(), shared)
-}
-
 /// A request refused before the app sees it: headers over `max_head_size` in all (hyper
 /// enforces its buffer limit only when a head arrives in several reads), a request no ASGI app
 /// can be handed (`unservable`), or a declared body over `limit_request_body` (hyper has
 /// already rejected malformed Content-Lengths). A `recorded` head's framing was checked
 /// already, on the raw lines (`RawHead::ambiguous`).
-fn refusal(
-    request: &Request<Incoming>,
-    recorded: bool,
-    shared: &ServerShared,
-) -> Option<StatusCode> {
+fn refusal(request: &Request<Incoming>, recorded: bool, settings: &Settings) -> Option<StatusCode> {
     if let Some(status) = unservable(request) {
         return Some(status);
     }
@@ -195,13 +154,13 @@ fn refusal(
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len() + 4)
         .sum();
-    if head_bytes > shared.max_head_size {
+    if head_bytes > settings.max_head_size {
         return Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
     }
     if !recorded && ambiguous_framing(headers) {
         return Some(StatusCode::BAD_REQUEST);
     }
-    let limit = shared.limit_request_body?;
+    let limit = settings.limit_request_body?;
     let length: u64 = headers
         .get(http::header::CONTENT_LENGTH)?
         .to_str()
@@ -273,8 +232,9 @@ fn start_app(
     access: &mut Option<AccessInfo>,
     received: u64,
 ) -> PyResult<()> {
-    let shared = &exchange.server;
-    let (coro, context) = shared
+    let server = &exchange.server;
+    let (coro, context) = server
+        .py
         .request_context
         .run(py, || call_app(py, exchange, head, conn))?;
     // From here the completion owns the access info; if making the job fails, the caller's
@@ -284,7 +244,7 @@ fn start_app(
     let completion = Completion::Callback(Box::new(move |py, result| {
         on_app_done(py, &finishing, access.as_ref(), result)
     }));
-    shared
+    server
         .bridge
         .start(py, &coro, completion, context, received)
 }
@@ -296,8 +256,15 @@ fn call_app<'py>(
     (parts, raw_head, forwarded): (&http::request::Parts, Option<&RawHead>, &Forwarded),
     conn: &ConnInfo,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let shared = &exchange.server;
-    let scope = build_scope(py, parts, raw_head, conn, forwarded, shared)?;
+    let handles = &exchange.server.py;
+    let scope = build_scope(
+        py,
+        parts,
+        raw_head,
+        conn,
+        forwarded,
+        &handles.scope_template,
+    )?;
     let receive = Py::new(
         py,
         HttpReceive {
@@ -310,5 +277,5 @@ fn call_app<'py>(
             exchange: exchange.clone(),
         },
     )?;
-    shared.app.bind(py).call1((scope, receive, send))
+    handles.app.bind(py).call1((scope, receive, send))
 }

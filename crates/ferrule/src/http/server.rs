@@ -2,23 +2,24 @@
 //! it, and shutdown.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString};
-use tokio::sync::watch;
-
-use crate::bridge::{Bridge, NativeFuture, RequestContext, ResumeVia};
+use pyo3::types::{PyBytes, PyDict};
+use tokio_rustls::TlsAcceptor;
 
 use super::connection::accept_loop;
 use super::tls::{self, ClientCerts};
+use crate::asgi::diagnostics::Diagnostics;
+use crate::asgi::handles::PyHandles;
+use crate::asgi::live::LiveState;
 use crate::asgi::proxy::TrustedProxies;
-use crate::asgi::scope::ScopeTemplate;
-use crate::asgi::server::{optional_seconds, HttpVersions, ServerShared, WsPing};
+use crate::asgi::server::Server;
+use crate::asgi::settings::{optional_seconds, HttpVersions, Settings, MIN_HEAD_SIZE};
+use crate::bridge::{Bridge, NativeFuture, ResumeVia};
 
 /// Listening sockets handed over from Python (which binds them, for clear errors and for
 /// sharing one socket between worker processes).
@@ -29,7 +30,9 @@ pub(super) enum Listener {
 
 #[pyclass(frozen, module = "ferrule._ferrule")]
 pub struct HttpServer {
-    shared: Arc<ServerShared>,
+    server: Arc<Server>,
+    /// The TLS acceptor, when the server speaks HTTPS.
+    tls: Option<TlsAcceptor>,
     started: Mutex<bool>,
 }
 
@@ -76,7 +79,6 @@ impl HttpServer {
             )));
         }
         let versions = HttpVersions::from_option(http)?;
-        let stop = watch::channel(None).0;
         let tls = match (tls_cert, tls_key) {
             (Some(cert), Some(key)) => Some(tls::acceptor(
                 cert.as_bytes(),
@@ -95,13 +97,6 @@ impl HttpServer {
         if max_connections == 0 {
             return Err(PyValueError::new_err("max_connections must be at least 1"));
         }
-        let logging = py.import("logging")?;
-        let error_logger = logging.call_method1("getLogger", ("ferrule.error",))?;
-        let access_logger = logging.call_method1("getLogger", ("ferrule.access",))?;
-        let access_enabled = access_log
-            && access_logger
-                .call_method1("isEnabledFor", (20,))?
-                .is_truthy()?;
         let keep_alive = Duration::try_from_secs_f64(timeout_keep_alive)
             .map_err(|_| PyValueError::new_err("timeout_keep_alive must be a number >= 0"))?;
         let positive = |seconds: Option<f64>, name: &str| {
@@ -130,53 +125,43 @@ impl HttpServer {
         if ws_max_queue == 0 {
             return Err(PyValueError::new_err("ws_max_queue must be at least 1"));
         }
-        let ws_ping = WsPing {
-            interval: positive(ws_ping_interval, "ws_ping_interval")?,
-            timeout: positive(ws_ping_timeout, "ws_ping_timeout")?,
-        };
-        let bridge = bridge.shared().clone();
-        // An asyncio future, not a resolved `NativeFuture`: awaiting a done asyncio future
-        // takes CPython's `am_send` path and raises no StopIteration (85 ns against 355 ns per
-        // await, measured here), and `send()` is awaited several times per request.
-        let done_future = bridge.event_loop.bind(py).call_method0("create_future")?;
-        done_future.call_method1("set_result", (py.None(),))?;
-        let done_future = done_future.unbind();
-        let root_path = PyString::new(py, root_path);
-        let scope_template = ScopeTemplate::new(py, &root_path, state.is_some())?;
-        let shared = ServerShared {
-            bridge,
-            app,
-            root_path: root_path.unbind(),
-            state,
-            scope_template,
-            request_context: RequestContext::new(py, reset_contextvars)?,
-            error_logger: error_logger.unbind(),
-            proxies: TrustedProxies::new(trusted_proxies),
-            access_logger: access_enabled.then(|| access_logger.unbind()),
-            done_future,
+        let settings = Settings {
+            root_path: root_path.to_owned(),
+            timeout_keep_alive: keep_alive,
             limit_concurrency,
             limit_request_body,
             max_head_size,
-            max_connections,
-            in_flight: AtomicUsize::new(0),
-            keep_alive,
-            server_header: server_header.then(|| HeaderValue::from_static("ferrule")),
-            default_headers,
+            connection_limit: max_connections,
+            access_log,
+            server_header,
             date_header,
-            rust_hello_route,
-            stats_route,
-            versions,
-            tls,
-            ws_max_size: ws.then_some(ws_max_size),
-            ws_ping,
+            headers: default_headers,
+            proxy_headers: trusted_proxies.is_some(),
+            trusted_proxies: TrustedProxies::new(trusted_proxies.unwrap_or_default()),
+            http: versions,
+            websockets: ws,
+            ws_max_size,
             ws_max_queue,
-            stopping: stop.subscribe(),
-            requests_left: limit_max_requests.map(|limit| (AtomicU64::new(limit), graceful)),
-            stop,
-            ws_sessions: watch::Sender::new(0),
+            ws_ping_interval: positive(ws_ping_interval, "ws_ping_interval")?,
+            ws_ping_timeout: positive(ws_ping_timeout, "ws_ping_timeout")?,
+            max_requests: limit_max_requests,
+            timeout_graceful_shutdown: graceful,
+            reset_contextvars,
+        };
+        let bridge = bridge.shared().clone();
+        let server = Server {
+            py: PyHandles::new(py, &bridge, app, state, &settings)?,
+            state: LiveState::new(&settings),
+            diagnostics: Diagnostics {
+                rust_hello_route,
+                stats_route,
+            },
+            settings,
+            bridge,
         };
         Ok(Self {
-            shared: Arc::new(shared),
+            server: Arc::new(server),
+            tls,
             started: Mutex::new(false),
         })
     }
@@ -206,13 +191,13 @@ impl HttpServer {
     #[pyo3(signature = (timeout=None))]
     fn shutdown(&self, timeout: Option<f64>) -> PyResult<()> {
         let timeout = optional_seconds(timeout, "timeout")?;
-        self.shared.stop.send_replace(Some(timeout));
+        self.server.state.stop(timeout);
         Ok(())
     }
 
     #[getter]
     fn in_flight(&self) -> usize {
-        self.shared.in_flight.load(Ordering::Acquire)
+        self.server.state.in_flight()
     }
 }
 
@@ -229,14 +214,15 @@ impl HttpServer {
             ));
         }
         *started = true;
-        let done = Py::new(py, NativeFuture::new(self.shared.bridge.clone()))?;
+        let done = Py::new(py, NativeFuture::new(self.server.bridge.clone()))?;
         let mut stopped = StoppedSignal(Some(done.clone_ref(py)));
-        let shared = self.shared.clone();
-        let stop = self.shared.stop.subscribe();
-        self.shared.bridge.handle.spawn(async move {
+        let server = self.server.clone();
+        let tls = self.tls.clone();
+        let stop = self.server.state.stopping();
+        self.server.bridge.handle.spawn(async move {
             let outcome = match make_listener() {
                 Ok(listener) => {
-                    accept_loop(listener, shared.clone(), stop).await;
+                    accept_loop(listener, server, tls, stop).await;
                     Ok(())
                 }
                 Err(err) => Err(err),
@@ -280,7 +266,3 @@ fn std_unix_listener(fd: RawFd) -> PyResult<std::os::unix::net::UnixListener> {
     listener.set_nonblocking(true)?;
     Ok(listener)
 }
-
-/// The smallest request head limit: hyper's read buffer (twice the limit) cannot be smaller
-/// than 8 KiB.
-const MIN_HEAD_SIZE: usize = 4096;

@@ -12,7 +12,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::TlsAcceptor;
 
-use crate::asgi::server::HttpVersions;
+use crate::asgi::settings::HttpVersions;
 
 /// What `--ssl-cert-reqs` asks of clients (the values of Python's `ssl.CERT_*`).
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -140,7 +140,8 @@ impl WsSend {
                 let mut state = self.exchange.state.lock().unwrap();
                 if matches!(state.phase, Phase::Connecting) {
                     state.phase = Phase::Closed;
-                    let forbidden = plain_response(StatusCode::FORBIDDEN, &self.exchange.server);
+                    let forbidden =
+                        plain_response(StatusCode::FORBIDDEN, &self.exchange.server.settings);
                     WsExchange::answer(&mut state, forbidden);
                     return Ok(self.done(py));
                 }
@@ -160,7 +161,7 @@ impl WsSend {
 
 impl WsSend {
     fn done(&self, py: Python<'_>) -> Py<PyAny> {
-        self.exchange.server.done_future.clone_ref(py)
+        self.exchange.server.py.done_future.clone_ref(py)
     }
 
     fn accept(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
@@ -189,7 +190,10 @@ impl WsSend {
             http::header::CONNECTION,
             HeaderValue::from_static("Upgrade"),
         );
-        self.exchange.server.add_default_headers(&mut headers);
+        self.exchange
+            .server
+            .settings
+            .add_default_headers(&mut headers);
         let mut response = Response::new(Bytes::new());
         *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
         *response.headers_mut() = headers;
@@ -229,6 +233,7 @@ impl WsSend {
                     *response.headers_mut() = headers;
                     self.exchange
                         .server
+                        .settings
                         .add_default_headers(response.headers_mut());
                     state.phase = Phase::Closed;
                     WsExchange::answer(&mut state, response);

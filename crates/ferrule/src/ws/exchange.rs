@@ -13,7 +13,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::asgi::responses::plain_response;
-use crate::asgi::server::ServerShared;
+use crate::asgi::server::Server;
 
 /// Messages from the app waiting for the socket; past this `send()` suspends.
 pub const OUTBOUND_CAPACITY: usize = 256;
@@ -53,7 +53,7 @@ pub(super) struct State {
 
 /// What one WebSocket's callables and its socket task share.
 pub struct WsExchange {
-    pub server: Arc<ServerShared>,
+    pub server: Arc<Server>,
     pub(super) state: Mutex<State>,
     pub(super) inbound: Arc<tokio::sync::Mutex<mpsc::Receiver<Inbound>>>,
 }
@@ -68,11 +68,11 @@ pub struct SocketEnds {
 pub type Answer = oneshot::Receiver<Response<Bytes>>;
 
 impl WsExchange {
-    pub fn new(server: Arc<ServerShared>, accept_key: String) -> (Arc<Self>, Answer, SocketEnds) {
+    pub fn new(server: Arc<Server>, accept_key: String) -> (Arc<Self>, Answer, SocketEnds) {
         let (head_tx, head_rx) = oneshot::channel();
         // Messages from the client waiting for the app's `receive()` (`--ws-max-queue`); past
         // this the socket is not read.
-        let (inbound_tx, inbound_rx) = mpsc::channel(server.ws_max_queue);
+        let (inbound_tx, inbound_rx) = mpsc::channel(server.settings.ws_max_queue);
         let (outbound_tx, outbound_rx) = mpsc::channel(OUTBOUND_CAPACITY);
         let exchange = Arc::new(Self {
             server,
@@ -114,7 +114,7 @@ impl WsExchange {
                 } else {
                     StatusCode::FORBIDDEN
                 };
-                Self::answer(&mut state, plain_response(status, &self.server));
+                Self::answer(&mut state, plain_response(status, &self.server.settings));
             }
             Phase::Accepted => {
                 let code = if failed { 1011 } else { 1000 };

@@ -40,12 +40,9 @@ fn error_close_code(err: &WsError) -> Option<u16> {
 }
 
 /// Owns the upgraded connection until the WebSocket is over.
-pub async fn run_socket(
-    upgraded: Upgraded,
-    exchange: Arc<WsExchange>,
-    ends: SocketEnds,
-    max_size: usize,
-) {
+pub async fn run_socket(upgraded: Upgraded, exchange: Arc<WsExchange>, ends: SocketEnds) {
+    let settings = &exchange.server.settings;
+    let max_size = settings.ws_max_size;
     let SocketEnds {
         inbound_tx,
         mut outbound_rx,
@@ -56,13 +53,13 @@ pub async fn run_socket(
     let socket =
         WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
     let (mut sink, mut stream) = socket.split();
-    let mut stopping = exchange.server.stopping.clone();
+    let mut stopping = exchange.server.state.stopping();
     // The close code the app hears, once known.
     let mut ended: Option<(u16, String)> = None;
     let mut close_deadline: Option<tokio::time::Instant> = None;
     let mut app_done = false;
-    let ping = exchange.server.ws_ping;
-    let mut pings = ping.interval.map(|every| {
+    let ping_timeout = settings.ws_ping_timeout;
+    let mut pings = settings.ws_ping_interval.map(|every| {
         let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         pings
@@ -150,7 +147,7 @@ pub async fn run_socket(
                 if sink.send(Message::Ping(Bytes::new())).await.is_err() {
                     break;
                 }
-                if let (None, Some(timeout)) = (pong_due, ping.timeout) {
+                if let (None, Some(timeout)) = (pong_due, ping_timeout) {
                     pong_due = Some(tokio::time::Instant::now() + timeout);
                 }
             }
