@@ -5,9 +5,11 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import random
 import ssl
 import sys
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from ferrule.interface import INTERFACES, Interface, InterfaceError, adapt
@@ -258,6 +260,21 @@ class Config:
         """The request head limit the server enforces (``h11_max_incomplete_event_size``)."""
         size = self.h11_max_incomplete_event_size
         return DEFAULT_HEAD_SIZE if size is None else size
+
+    @property
+    def websockets(self) -> bool:
+        """Whether WebSockets are served: as uvicorn, a WSGI app has none (a2wsgi would close
+        each at once)."""
+        return self.ws == "auto" and self.interface != "wsgi"
+
+    @cached_property
+    def max_requests(self) -> int | None:
+        """``limit_max_requests`` plus its jitter, drawn once (per process, as each has its own
+        ``Config``), so that workers do not all restart at once."""
+        limit = self.limit_max_requests
+        if limit is not None and self.limit_max_requests_jitter:
+            limit += random.randint(0, self.limit_max_requests_jitter)
+        return limit
 
     @property
     def trusted_proxies(self) -> list[str]:

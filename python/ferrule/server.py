@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import signal
 import socket
 from typing import Any
@@ -201,9 +200,6 @@ async def _serve(
     program's own loop, told when the server has started and whether to force the exit."""
     global _serving_bridge
     loop = asyncio.get_running_loop()
-    limit_max_requests = config.limit_max_requests
-    if limit_max_requests is not None and config.limit_max_requests_jitter:
-        limit_max_requests += random.randint(0, config.limit_max_requests_jitter)
     bridge = _serving_bridge = Bridge(loop, budget=config.budget, trace=config.trace_requests)
     heartbeat: Heartbeat | None = None
     signals: _StopSignals | None = None
@@ -218,38 +214,7 @@ async def _serve(
         stop = stop or asyncio.Event()
         signals = _StopSignals(loop, stop)
         try:
-            server = HttpServer(
-                bridge,
-                app,
-                root_path=config.root_path,
-                state=lifespan.state,
-                timeout_keep_alive=config.timeout_keep_alive,
-                limit_concurrency=config.limit_concurrency,
-                limit_request_body=config.limit_request_body,
-                max_head_size=config.max_head_size,
-                max_connections=config.connection_limit,
-                access_log=config.access_log,
-                server_header=config.server_header,
-                date_header=config.date_header,
-                headers=config.headers,
-                trusted_proxies=config.trusted_proxies if config.proxy_headers else None,
-                rust_hello_route=config.rust_hello_route,
-                http=config.http,
-                tls_cert=tls_files and tls_files.cert,
-                tls_key=tls_files and tls_files.key,
-                tls_ca_certs=tls_files and tls_files.ca_certs,
-                tls_cert_reqs=tls_files.cert_reqs if tls_files else 0,
-                # As uvicorn: a WSGI app has no WebSockets (a2wsgi would close each at once).
-                ws=config.ws == "auto" and config.interface != "wsgi",
-                ws_max_size=config.ws_max_size,
-                ws_max_queue=config.ws_max_queue,
-                ws_ping_interval=config.ws_ping_interval or None,
-                ws_ping_timeout=config.ws_ping_timeout or None,
-                stats_route=config.stats_route,
-                limit_max_requests=limit_max_requests,
-                timeout_graceful_shutdown=config.timeout_graceful_shutdown,
-                reset_contextvars=config.reset_contextvars,
-            )
+            server = HttpServer(bridge, app, config, state=lifespan.state, tls=tls_files)
         except ValueError as exc:  # TLS material rustls refuses, an invalid --header
             logger.error("%s", exc)
             sock.close()
@@ -275,7 +240,7 @@ async def _serve(
             serving.result()
             logger.warning(
                 "Maximum request limit of %d exceeded. Terminating process.",
-                limit_max_requests,
+                config.max_requests,
             )
         else:
             logger.info("Shutting down")

@@ -2,12 +2,15 @@
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
+use pyo3::prelude::*;
 
 use super::responses::server_response;
 use super::settings::Settings;
 use crate::bridge::{self, trace};
 
-/// The paths answered without calling the app.
+/// The paths answered without calling the app, read from the `Config` attributes of the same
+/// names.
+#[derive(FromPyObject)]
 pub struct Diagnostics {
     /// Answered "Hello, world!": the benchmark's ceiling for the HTTP stack alone
     /// (`--rust-hello-route`).

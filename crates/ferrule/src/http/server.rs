@@ -3,22 +3,18 @@
 
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use http::{HeaderName, HeaderValue};
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::PyDict;
 use tokio_rustls::TlsAcceptor;
 
 use super::connection::accept_loop;
-use super::tls::{self, ClientCerts};
+use super::tls::TlsFiles;
 use crate::asgi::diagnostics::Diagnostics;
 use crate::asgi::handles::PyHandles;
 use crate::asgi::live::LiveState;
-use crate::asgi::proxy::TrustedProxies;
 use crate::asgi::server::Server;
-use crate::asgi::settings::{optional_seconds, HttpVersions, Settings, MIN_HEAD_SIZE};
+use crate::asgi::settings::{optional_seconds, Settings};
 use crate::bridge::{Bridge, NativeFuture, ResumeVia};
 
 /// Listening sockets handed over from Python (which binds them, for clear errors and for
@@ -38,124 +34,26 @@ pub struct HttpServer {
 
 #[pymethods]
 impl HttpServer {
+    /// `config` is ferrule's `Config` (see `Settings` for what is read from it), `state` the
+    /// lifespan state, `tls` the TLS files read (`ferrule.tls.TlsFiles`) or None.
     #[new]
-    #[pyo3(signature = (bridge, app, *, root_path="", state=None, timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=None, max_connections=4096, access_log=true, server_header=true, date_header=true, headers=None, trusted_proxies=None, rust_hello_route=None, http="auto", tls_cert=None, tls_key=None, tls_ca_certs=None, tls_cert_reqs=0, ws=true, ws_max_size=16777216, ws_max_queue=32, ws_ping_interval=None, ws_ping_timeout=None, stats_route=None, limit_max_requests=None, timeout_graceful_shutdown=None, reset_contextvars=false, max_head_size=65536))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (bridge, app, config, *, state=None, tls=None))]
     fn new(
         py: Python<'_>,
         bridge: &Bridge,
         app: Py<PyAny>,
-        root_path: &str,
+        config: &Bound<'_, PyAny>,
         state: Option<Py<PyDict>>,
-        timeout_keep_alive: f64,
-        limit_concurrency: Option<usize>,
-        limit_request_body: Option<u64>,
-        max_connections: usize,
-        access_log: bool,
-        server_header: bool,
-        date_header: bool,
-        headers: Option<Vec<(String, String)>>,
-        trusted_proxies: Option<Vec<String>>,
-        rust_hello_route: Option<String>,
-        http: &str,
-        tls_cert: Option<Bound<'_, PyBytes>>,
-        tls_key: Option<Bound<'_, PyBytes>>,
-        tls_ca_certs: Option<Bound<'_, PyBytes>>,
-        tls_cert_reqs: u8,
-        ws: bool,
-        ws_max_size: usize,
-        ws_max_queue: usize,
-        ws_ping_interval: Option<f64>,
-        ws_ping_timeout: Option<f64>,
-        stats_route: Option<String>,
-        limit_max_requests: Option<u64>,
-        timeout_graceful_shutdown: Option<f64>,
-        reset_contextvars: bool,
-        max_head_size: usize,
+        tls: Option<TlsFiles<'_>>,
     ) -> PyResult<Self> {
-        if max_head_size < MIN_HEAD_SIZE {
-            return Err(PyValueError::new_err(format!(
-                "the request head limit must be at least {MIN_HEAD_SIZE} bytes, not {max_head_size}"
-            )));
-        }
-        let versions = HttpVersions::from_option(http)?;
-        let tls = match (tls_cert, tls_key) {
-            (Some(cert), Some(key)) => Some(tls::acceptor(
-                cert.as_bytes(),
-                key.as_bytes(),
-                tls_ca_certs.as_ref().map(|ca| ca.as_bytes()),
-                ClientCerts::from_ssl_constant(tls_cert_reqs)?,
-                versions,
-            )?),
-            (None, None) => None,
-            _ => {
-                return Err(PyValueError::new_err(
-                    "TLS needs both a certificate and a key",
-                ))
-            }
-        };
-        if max_connections == 0 {
-            return Err(PyValueError::new_err("max_connections must be at least 1"));
-        }
-        let keep_alive = Duration::try_from_secs_f64(timeout_keep_alive)
-            .map_err(|_| PyValueError::new_err("timeout_keep_alive must be a number >= 0"))?;
-        let positive = |seconds: Option<f64>, name: &str| {
-            seconds
-                .map(|s| {
-                    Duration::try_from_secs_f64(s)
-                        .ok()
-                        .filter(|d| !d.is_zero())
-                        .ok_or_else(|| PyValueError::new_err(format!("{name} must be > 0")))
-                })
-                .transpose()
-        };
-        let graceful = optional_seconds(timeout_graceful_shutdown, "timeout_graceful_shutdown")?;
-        let default_headers = headers
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(name, value)| {
-                let parsed = HeaderName::from_bytes(name.trim().as_bytes())
-                    .ok()
-                    .zip(HeaderValue::from_str(value.trim()).ok());
-                parsed.ok_or_else(|| {
-                    PyValueError::new_err(format!("not a valid header: {name:?}: {value:?}"))
-                })
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        if ws_max_queue == 0 {
-            return Err(PyValueError::new_err("ws_max_queue must be at least 1"));
-        }
-        let settings = Settings {
-            root_path: root_path.to_owned(),
-            timeout_keep_alive: keep_alive,
-            limit_concurrency,
-            limit_request_body,
-            max_head_size,
-            connection_limit: max_connections,
-            access_log,
-            server_header,
-            date_header,
-            headers: default_headers,
-            proxy_headers: trusted_proxies.is_some(),
-            trusted_proxies: TrustedProxies::new(trusted_proxies.unwrap_or_default()),
-            http: versions,
-            websockets: ws,
-            ws_max_size,
-            ws_max_queue,
-            ws_ping_interval: positive(ws_ping_interval, "ws_ping_interval")?,
-            ws_ping_timeout: positive(ws_ping_timeout, "ws_ping_timeout")?,
-            max_requests: limit_max_requests,
-            timeout_graceful_shutdown: graceful,
-            reset_contextvars,
-        };
+        let settings = Settings::from_config(config)?;
+        let diagnostics: Diagnostics = config.extract()?;
+        let tls = tls.map(|files| files.acceptor(settings.http)).transpose()?;
         let bridge = bridge.shared().clone();
         let server = Server {
             py: PyHandles::new(py, &bridge, app, state, &settings)?,
             state: LiveState::new(&settings),
-            diagnostics: Diagnostics {
-                rust_hello_route,
-                stats_route,
-            },
+            diagnostics,
             settings,
             bridge,
         };
