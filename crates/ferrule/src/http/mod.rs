@@ -1,6 +1,8 @@
 //! The ASGI HTTP/1.1 and HTTP/2 server on the bridge, one file per concern (as granian lays out protocols):
 //! - `server`: `HttpServer`, the Python class: settings, listening sockets, shutdown;
-//! - `connection`: the accept loop and each connection (TLS handshake, hyper, finishing);
+//! - `listener`: `Listener`, the listening sockets Python hands over, and accepting;
+//! - `serving`: the accept loop and each connection it serves (TLS handshake, hyper, finishing);
+//! - `connection`: `Connection`, one connection as its requests see it;
 //! - `request`: one request, from the checks before the app to the app's coroutine;
 //! - `streams`: `OpenStreams`, the HTTP/2 streams in progress on a connection;
 //! - `heads`: the raw request heads, recorded as hyper reads them (header order, framing);
@@ -13,14 +15,16 @@
 
 mod access_log;
 mod app_done;
-pub(crate) mod body;
+mod body;
 mod callables;
 mod connection;
 mod exchange;
-pub(crate) mod heads;
+mod heads;
+mod listener;
 mod request;
 mod server;
-pub(crate) mod streams;
+mod serving;
+mod streams;
 mod tls;
 
 use pyo3::prelude::*;

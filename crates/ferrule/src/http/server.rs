@@ -8,7 +8,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tokio_rustls::TlsAcceptor;
 
-use super::connection::accept_loop;
+use super::listener::{std_tcp_listener, std_unix_listener, Listener};
+use super::serving::accept_loop;
 use super::tls::TlsFiles;
 use crate::asgi::diagnostics::Diagnostics;
 use crate::asgi::handles::PyHandles;
@@ -16,13 +17,6 @@ use crate::asgi::live::LiveState;
 use crate::asgi::server::Server;
 use crate::asgi::settings::{optional_seconds, Settings};
 use crate::bridge::{Bridge, NativeFuture, ResumeVia};
-
-/// Listening sockets handed over from Python (which binds them, for clear errors and for
-/// sharing one socket between worker processes).
-pub(super) enum Listener {
-    Tcp(tokio::net::TcpListener),
-    Unix(tokio::net::UnixListener, String),
-}
 
 #[pyclass(frozen, module = "ferrule._ferrule")]
 pub struct HttpServer {
@@ -151,16 +145,4 @@ impl Drop for StoppedSignal {
     fn drop(&mut self) {
         self.resolve(Err("the server task stopped unexpectedly".to_owned()));
     }
-}
-
-fn std_tcp_listener(fd: RawFd) -> PyResult<std::net::TcpListener> {
-    let listener = crate::bridge::take_fd::<std::net::TcpListener>(fd)?;
-    listener.set_nonblocking(true)?;
-    Ok(listener)
-}
-
-fn std_unix_listener(fd: RawFd) -> PyResult<std::os::unix::net::UnixListener> {
-    let listener = crate::bridge::take_fd::<std::os::unix::net::UnixListener>(fd)?;
-    listener.set_nonblocking(true)?;
-    Ok(listener)
 }
