@@ -1,16 +1,15 @@
 //! `ResponseBody`: the response body hyper polls, whole or streamed from the app.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
-use pyo3::prelude::*;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
-use super::exchange::Exchange;
 use super::streams::OpenStream;
 
 /// The response body hyper polls: all at once, or streamed from the app through a channel.
@@ -19,11 +18,34 @@ pub enum ResponseBody {
     Stream(StreamBody),
 }
 
+/// Where a streamed body comes from (the request's exchange): what the two sides share, and
+/// who to tell when hyper lets go of the body before its end.
+pub(super) trait BodySource: Send + Sync {
+    fn queue(&self) -> &BodyQueue;
+
+    /// hyper dropped the body before its end: `whole` when the declared Content-Length was
+    /// all out (hyper drops the body then, which is not the client leaving).
+    fn released_early(&self, whole: bool);
+}
+
+/// What a streamed body and the app's `send()` share.
+#[derive(Default)]
+pub(super) struct BodyQueue {
+    /// Set when the app failed after streaming began: the body ends in an error, so hyper
+    /// closes the connection instead of finishing the response as if it were whole.
+    pub(super) aborted: AtomicBool,
+    /// The response's trailer fields, for the body to send once its data has ended.
+    pub(super) trailers: Mutex<Option<HeaderMap>>,
+    /// Body bytes in the channel to hyper (`BODY_QUEUE_BYTES`), and the signal that hyper took
+    /// some or let go of the body.
+    pub(super) queued: AtomicUsize,
+    pub(super) drained: Notify,
+}
+
 pub struct StreamBody {
     rx: mpsc::Receiver<Bytes>,
-    aborted: Arc<AtomicBool>,
     /// Held so that hyper dropping the body before its end tells the app the client is gone.
-    exchange: Arc<Exchange>,
+    source: Arc<dyn BodySource>,
     ended: bool,
     /// The response's Content-Length, if it declared one, and the bytes handed to hyper: hyper
     /// drops a body as soon as the declared length is out, which is not the client leaving.
@@ -54,14 +76,12 @@ impl ResponseBody {
 
     pub(super) fn stream(
         rx: mpsc::Receiver<Bytes>,
-        exchange: Arc<Exchange>,
+        source: Arc<dyn BodySource>,
         declared: Option<u64>,
     ) -> Self {
-        let aborted = exchange.aborted.clone();
         ResponseBody::Stream(StreamBody {
             rx,
-            aborted,
-            exchange,
+            source,
             ended: false,
             declared,
             sent: 0,
@@ -106,17 +126,18 @@ impl Body for ResponseBody {
             ResponseBody::Stream(stream) => match stream.rx.poll_recv(cx) {
                 Poll::Ready(Some(chunk)) => {
                     stream.sent += chunk.len() as u64;
-                    let exchange = &stream.exchange;
-                    exchange.queued.fetch_sub(chunk.len(), Ordering::AcqRel);
-                    exchange.drained.notify_one();
+                    let queue = stream.source.queue();
+                    queue.queued.fetch_sub(chunk.len(), Ordering::AcqRel);
+                    queue.drained.notify_one();
                     Poll::Ready(Some(Ok(Frame::data(chunk))))
                 }
                 Poll::Ready(None) => {
-                    let trailers = stream.exchange.trailers.lock().unwrap().take();
+                    let queue = stream.source.queue();
+                    let trailers = queue.trailers.lock().unwrap().take();
                     if let Some(trailers) = trailers {
                         return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
                     }
-                    if !stream.aborted.load(Ordering::Acquire) {
+                    if !queue.aborted.load(Ordering::Acquire) {
                         stream.ended = true;
                         return Poll::Ready(None);
                     }
@@ -157,15 +178,11 @@ impl Drop for StreamBody {
     fn drop(&mut self) {
         // A `send()` waiting for room: the channel is closed now, its wait is over.
         self.rx.close();
-        self.exchange.drained.notify_one();
+        self.source.queue().drained.notify_one();
         if self.ended {
             return;
         }
-        if self.declared.is_some_and(|declared| self.sent >= declared) {
-            self.exchange.mark_length_reached();
-        } else {
-            let exchange = self.exchange.clone();
-            Python::attach(|py| exchange.mark_disconnected(py));
-        }
+        let whole = self.declared.is_some_and(|declared| self.sent >= declared);
+        self.source.released_early(whole);
     }
 }

@@ -240,7 +240,7 @@ impl HttpSend {
         }
         if !more {
             let trailers = std::mem::take(&mut state.trailers);
-            *exchange.trailers.lock().unwrap() = Some(trailers);
+            *exchange.body.trailers.lock().unwrap() = Some(trailers);
             // Closing the channel ends the data; the body then sends the trailers.
             state.body_tx = None;
             state.phase = Phase::Complete;
@@ -279,7 +279,7 @@ impl HttpSend {
         drop(state);
         drop(unsent);
         exchange.resolve_disconnect_waiters(py, waiters);
-        let aborted = exchange.aborted.clone();
+        let reading = exchange.clone();
         exchange.server.bridge.handle.spawn(async move {
             use tokio::io::AsyncReadExt;
             let mut file = tokio::fs::File::from_std(file);
@@ -294,7 +294,7 @@ impl HttpSend {
                     }
                     Err(_) => {
                         // The body ends in an error: hyper closes instead of a short response.
-                        aborted.store(true, Ordering::Release);
+                        reading.body.aborted.store(true, Ordering::Release);
                         break;
                     }
                 }
@@ -348,7 +348,7 @@ impl HttpSend {
                 let response_body = if more_body || state.expects_trailers {
                     let (tx, rx) = mpsc::channel(BODY_CHANNEL_CAPACITY);
                     if !body.is_empty() {
-                        exchange.queued.fetch_add(body.len(), Ordering::AcqRel);
+                        exchange.body.queued.fetch_add(body.len(), Ordering::AcqRel);
                         let _ = tx.try_send(body);
                     }
                     state.body_tx = Some(tx);
@@ -397,12 +397,12 @@ impl HttpSend {
                     return Ok(self.done(py));
                 }
                 let body = if exchange.has_room_for(body.len()) {
-                    exchange.queued.fetch_add(body.len(), Ordering::AcqRel);
+                    exchange.body.queued.fetch_add(body.len(), Ordering::AcqRel);
                     match tx.try_send(body) {
                         Ok(()) => return Ok(self.done(py)),
                         Err(mpsc::error::TrySendError::Closed(_)) => return Err(client_gone()),
                         Err(mpsc::error::TrySendError::Full(body)) => {
-                            exchange.queued.fetch_sub(body.len(), Ordering::AcqRel);
+                            exchange.body.queued.fetch_sub(body.len(), Ordering::AcqRel);
                             body
                         }
                     }
@@ -416,7 +416,7 @@ impl HttpSend {
                 let exchange = exchange.clone();
                 exchange.server.bridge.handle.clone().spawn(async move {
                     exchange.room_for(body.len(), &tx).await;
-                    exchange.queued.fetch_add(body.len(), Ordering::AcqRel);
+                    exchange.body.queued.fetch_add(body.len(), Ordering::AcqRel);
                     let sent = tx.send(body).await;
                     Python::attach(|py| {
                         let result = sent.map(|()| py.None()).map_err(|_| client_gone());

@@ -1,7 +1,7 @@
 //! `Exchange`: what hyper's side and the app's side share for one request, and where the
 //! response stands.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -10,11 +10,11 @@ use hyper::body::Incoming;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::bridge::{NativeFuture, ResumeVia};
 
-use super::body::ResponseBody;
+use super::body::{BodyQueue, BodySource, ResponseBody};
 use crate::asgi::responses::{closing_response, plain_response};
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
@@ -92,15 +92,8 @@ pub struct Exchange {
     /// The request asked `Expect: 100-continue` before sending its body (see `send_head`).
     expects_continue: bool,
     pub(super) state: Mutex<ExchangeState>,
-    /// Set when the app failed after streaming began: the body ends in an error, so hyper
-    /// closes the connection instead of finishing the response as if it were whole.
-    pub(super) aborted: Arc<AtomicBool>,
-    /// The response's trailer fields, for the body to send once its data has ended.
-    pub(super) trailers: Mutex<Option<HeaderMap>>,
-    /// Body bytes in the channel to hyper (`BODY_QUEUE_BYTES`), and the signal that hyper took
-    /// some or let go of the body.
-    pub(super) queued: AtomicUsize,
-    pub(super) drained: Notify,
+    /// What the response body, once streamed, shares with `send()`.
+    pub(super) body: BodyQueue,
 }
 
 impl Exchange {
@@ -133,24 +126,21 @@ impl Exchange {
                 expects_trailers: false,
                 trailers: HeaderMap::new(),
             }),
-            aborted: Arc::new(AtomicBool::new(false)),
-            queued: AtomicUsize::new(0),
-            drained: Notify::new(),
-            trailers: Mutex::new(None),
+            body: BodyQueue::default(),
         }
     }
 
     /// Whether `len` more body bytes fit in `BODY_QUEUE_BYTES` (any chunk does in an empty
     /// queue, so one larger than the bound still goes).
     pub(super) fn has_room_for(&self, len: usize) -> bool {
-        let queued = self.queued.load(Ordering::Acquire);
+        let queued = self.body.queued.load(Ordering::Acquire);
         queued == 0 || queued + len <= BODY_QUEUE_BYTES
     }
 
     /// Waits until `len` more body bytes fit, or hyper has let go of the body (`tx` closed).
     pub(super) async fn room_for(&self, len: usize, tx: &mpsc::Sender<Bytes>) {
         loop {
-            let drained = self.drained.notified();
+            let drained = self.body.drained.notified();
             tokio::pin!(drained);
             drained.as_mut().enable();
             if self.has_room_for(len) || tx.is_closed() {
@@ -207,7 +197,7 @@ impl Exchange {
     }
 
     /// hyper let go of the streamed body once the declared length was out (see `StreamBody`).
-    pub(super) fn mark_length_reached(&self) {
+    fn mark_length_reached(&self) {
         let mut state = self.state.lock().unwrap();
         state.length_reached = true;
         state.body_tx = None;
@@ -254,7 +244,7 @@ impl Exchange {
                     Some(unfinished)
                 }
                 Phase::Streaming => {
-                    self.aborted.store(true, Ordering::Release);
+                    self.body.aborted.store(true, Ordering::Release);
                     state.body_tx = None;
                     Some(unfinished)
                 }
@@ -268,6 +258,20 @@ impl Exchange {
         };
         self.resolve_disconnect_waiters(py, waiters);
         (status, problem.filter(|p| !p.is_empty()))
+    }
+}
+
+impl BodySource for Exchange {
+    fn queue(&self) -> &BodyQueue {
+        &self.body
+    }
+
+    fn released_early(&self, whole: bool) {
+        if whole {
+            self.mark_length_reached();
+        } else {
+            Python::attach(|py| self.mark_disconnected(py));
+        }
     }
 }
 
