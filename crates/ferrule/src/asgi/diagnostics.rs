@@ -4,9 +4,10 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 use pyo3::prelude::*;
 
+use crate::bridge::{self, trace};
+
 use super::responses::server_response;
 use super::settings::Settings;
-use crate::bridge::{self, trace};
 
 /// The paths answered without calling the app, read from the `Config` attributes of the same
 /// names.

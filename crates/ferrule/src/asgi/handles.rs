@@ -3,9 +3,10 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::bridge::{self, RequestContext};
+
 use super::scope::ScopeTemplate;
 use super::settings::Settings;
-use crate::bridge::{self, RequestContext};
 
 /// The Python objects every request of one server uses.
 pub struct PyHandles {

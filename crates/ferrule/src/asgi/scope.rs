@@ -36,7 +36,7 @@ impl ScopeTemplate {
         asgi.set_item(intern!(py, "spec_version"), intern!(py, "2.4"))?;
         let scope = PyDict::new(py);
         let none = py.None();
-        // In the order the scope's keys have always had; `None` stands for a per-request value.
+        // The keys in the order apps have seen them; `None` stands for a per-request value.
         scope.set_item(intern!(py, "type"), intern!(py, "http"))?;
         for key in [
             intern!(py, "asgi"),

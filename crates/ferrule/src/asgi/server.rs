@@ -2,11 +2,12 @@
 
 use std::sync::Arc;
 
+use crate::bridge;
+
 use super::diagnostics::Diagnostics;
 use super::handles::PyHandles;
 use super::live::LiveState;
 use super::settings::Settings;
-use crate::bridge;
 
 /// One server: the bridge it runs on, its settings, the Python objects it uses, what changes
 /// as it runs, and the benchmark's hooks. Shared (`Arc`) by every connection and request.

@@ -52,7 +52,8 @@ pub(super) fn log_access(
     }
 }
 
-pub fn http_version(version: Version) -> &'static str {
+/// The HTTP version as the access line writes it (`HTTP/1.1`).
+fn http_version(version: Version) -> &'static str {
     match version {
         Version::HTTP_10 => "1.0",
         Version::HTTP_09 => "0.9",

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use pyo3::intern;
 use pyo3::prelude::*;
 
+use crate::asgi::logging::log_app_exception;
+
 use super::access_log::{log_access, AccessInfo};
 use super::exchange::Exchange;
-use crate::asgi::logging::log_app_exception;
 
 /// The `Completion::Callback` of every request's job.
 pub fn on_app_done(

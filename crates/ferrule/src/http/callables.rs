@@ -18,14 +18,14 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use tokio::sync::mpsc;
 
-use crate::bridge::{NativeFuture, ResumeVia};
-
-use super::body::ResponseBody;
-use super::exchange::{disconnect_message, Exchange, Phase, RequestBody, BODY_CHANNEL_CAPACITY};
 use crate::asgi::disconnected::client_gone;
 use crate::asgi::messages::{
     optional_field, optional_flag, parse_headers, parse_headers_into, DeclaredLength,
 };
+use crate::bridge::{NativeFuture, ResumeVia};
+
+use super::body::ResponseBody;
+use super::exchange::{disconnect_message, Exchange, Phase, RequestBody, BODY_CHANNEL_CAPACITY};
 
 /// How much of a file `http.response.pathsend` reads at a time.
 const PATHSEND_CHUNK: usize = 64 * 1024;

@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
+use crate::asgi::conn::ConnInfo;
+
 use super::heads::HeadLog;
 use super::streams::OpenStreams;
-use crate::asgi::conn::ConnInfo;
 
 /// One connection as its requests see it: its two ends (the scope's), and what the server
 /// keeps track of on it.

@@ -12,12 +12,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::bridge::{NativeFuture, ResumeVia};
-
-use super::body::{BodyQueue, BodySource, ResponseBody};
 use crate::asgi::responses::{closing_response, plain_response};
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
+use crate::bridge::{NativeFuture, ResumeVia};
+
+use super::body::{BodyQueue, BodySource, ResponseBody};
 
 /// Body chunks in flight to hyper, per response: above the drive budget (128 steps), so one
 /// drive can never fill the channel while holding the GIL (invariant I13).

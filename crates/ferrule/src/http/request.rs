@@ -10,6 +10,13 @@ use hyper::body::Incoming;
 use pyo3::prelude::*;
 use tokio::sync::oneshot;
 
+use crate::asgi::conn::ConnInfo;
+use crate::asgi::proxy::Forwarded;
+use crate::asgi::raw_head::RawHead;
+use crate::asgi::responses::{closing_response, plain_response};
+use crate::asgi::scope::build_scope;
+use crate::asgi::server::Server;
+use crate::asgi::settings::Settings;
 use crate::bridge::Completion;
 use crate::ws;
 
@@ -19,13 +26,6 @@ use super::body::ResponseBody;
 use super::callables::{HttpReceive, HttpSend};
 use super::connection::Connection;
 use super::exchange::Exchange;
-use crate::asgi::conn::ConnInfo;
-use crate::asgi::proxy::Forwarded;
-use crate::asgi::raw_head::RawHead;
-use crate::asgi::responses::{closing_response, plain_response};
-use crate::asgi::scope::build_scope;
-use crate::asgi::server::Server;
-use crate::asgi::settings::Settings;
 
 /// Tells the app the client is gone if hyper drops the request before the response head.
 struct DisconnectOnDrop(Option<Arc<Exchange>>);
@@ -178,7 +178,8 @@ fn refusal(request: &Request<Incoming>, recorded: bool, settings: &Settings) -> 
 /// - a request with two Host lines: 400 (RFC 9112 3.2), a host-confusion vector, a proxy
 ///   routing on one and the app reading the other. An HTTP/1.1 request with none is served, as
 ///   uvicorn's default parser (httptools) serves it: RFC 9112 says refuse it, but clients that
-///   omit it (a wrk script formatting requests before wrk knows the host) worked until now.
+///   omit it exist (a wrk script formatting requests before wrk knows the host) and work with
+///   uvicorn.
 fn unservable(request: &Request<Incoming>) -> Option<StatusCode> {
     if request.method() == http::Method::CONNECT {
         return Some(StatusCode::NOT_IMPLEMENTED);

@@ -8,15 +8,16 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tokio_rustls::TlsAcceptor;
 
-use super::listener::{std_tcp_listener, std_unix_listener, Listener};
-use super::serving::accept_loop;
-use super::tls::TlsFiles;
 use crate::asgi::diagnostics::Diagnostics;
 use crate::asgi::handles::PyHandles;
 use crate::asgi::live::LiveState;
 use crate::asgi::server::Server;
 use crate::asgi::settings::{optional_seconds, Settings};
 use crate::bridge::{Bridge, NativeFuture, ResumeVia};
+
+use super::listener::{std_tcp_listener, std_unix_listener, Listener};
+use super::serving::accept_loop;
+use super::tls::TlsFiles;
 
 #[pyclass(frozen, module = "ferrule._ferrule")]
 pub struct HttpServer {

@@ -14,14 +14,15 @@ use pyo3::prelude::*;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
-use super::connection::Connection;
-use super::heads::{Recorder, RecordingIo};
-use super::listener::{accept, IoStream, Listener};
-use super::request::handle;
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::live::Stop;
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
+
+use super::connection::Connection;
+use super::heads::{Recorder, RecordingIo};
+use super::listener::{accept, IoStream, Listener};
+use super::request::handle;
 
 /// How every connection of one server is served: hyper's settings, and TLS if it is on.
 struct ConnectionSetup {

@@ -11,9 +11,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
-use super::callables::{WsReceive, WsSend};
-use super::exchange::WsExchange;
-use super::socket::run_socket;
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::handles::PyHandles;
 use crate::asgi::logging::log_app_exception;
@@ -23,6 +20,10 @@ use crate::asgi::responses::{closing_response, plain_response};
 use crate::asgi::scope::build_scope;
 use crate::asgi::server::Server;
 use crate::bridge::Completion;
+
+use super::callables::{WsReceive, WsSend};
+use super::exchange::WsExchange;
+use super::socket::run_socket;
 
 /// Whether `request` asks to become a WebSocket (RFC 6455, 4.1).
 pub fn is_upgrade(request: &Request<Incoming>) -> bool {
