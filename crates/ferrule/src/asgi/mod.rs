@@ -1,4 +1,4 @@
-//! The ASGI plumbing HTTP and WebSockets share:
+//! The ASGI plumbing HTTP and WebSockets share, built on `bridge` alone:
 //! - `server`: `Server`, what every connection and request of one server shares, made of
 //!   - `settings`: `Settings`, what the server was configured with;
 //!   - `handles`: `PyHandles`, the Python objects it calls or hands to the app;

@@ -8,10 +8,12 @@
 //! - `heads`: the raw request heads, recorded as hyper reads them (header order, framing);
 //! - `exchange`: `Exchange`, what hyper's side and the app's side share for one request;
 //! - `callables`: the ASGI `receive` / `send` callables (`HttpReceive`, `HttpSend`);
-//! - `body`: `ResponseBody`, the response body hyper polls;
+//! - `body`: `ResponseBody`, the response body hyper polls (fed through `BodySource`);
 //! - `tls`: rustls, certificates and ALPN;
 //! - `app_done`: what happens when the app's coroutine finishes;
 //! - `access_log`: the access log line.
+//!
+//! It builds on `asgi` and `bridge`; an upgrade request goes to `ws::upgrade` (`request`).
 
 mod access_log;
 mod app_done;

@@ -5,7 +5,8 @@
 //! - `socket`: the task that owns the socket after the upgrade.
 //!
 //! Framing, masking, fragmentation, UTF-8 checks, ping/pong and the close handshake are
-//! tungstenite's; this module maps them onto ASGI messages and close codes.
+//! tungstenite's; this module maps them onto ASGI messages and close codes. It builds on `asgi`
+//! and `bridge` alone: `http` hands it the upgrade request.
 
 mod callables;
 mod exchange;
