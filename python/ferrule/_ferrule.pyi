@@ -8,6 +8,9 @@ from collections.abc import Callable, Coroutine, Generator
 from contextvars import Context
 from typing import Any, Generic, Literal, TypeVar
 
+from ferrule.config import Config
+from ferrule.tls import TlsFiles
+
 T = TypeVar("T")
 
 __version__: str
@@ -98,35 +101,14 @@ class HttpServer:
         self,
         bridge: Bridge,
         app: Callable[..., Any],
+        config: Config,
         *,
-        root_path: str = "",
         state: dict[str, Any] | None = None,
-        timeout_keep_alive: float = 5.0,
-        limit_concurrency: int | None = None,
-        limit_request_body: int | None = None,
-        max_connections: int = 4096,
-        access_log: bool = True,
-        server_header: bool = True,
-        date_header: bool = True,
-        headers: list[tuple[str, str]] | None = None,
-        trusted_proxies: list[str] | None = None,
-        rust_hello_route: str | None = None,
-        http: str = "auto",
-        tls_cert: bytes | None = None,
-        tls_key: bytes | None = None,
-        tls_ca_certs: bytes | None = None,
-        tls_cert_reqs: int = 0,
-        ws: bool = True,
-        ws_max_size: int = 16777216,
-        ws_max_queue: int = 32,
-        ws_ping_interval: float | None = None,
-        ws_ping_timeout: float | None = None,
-        stats_route: str | None = None,
-        limit_max_requests: int | None = None,
-        timeout_graceful_shutdown: float | None = None,
-        reset_contextvars: bool = False,
-        max_head_size: int = 65536,
-    ) -> None: ...
+        tls: TlsFiles | None = None,
+    ) -> None:
+        """Serve ``app`` with the settings of ``config`` (read once, here), ``state`` the
+        lifespan state, ``tls`` the TLS files read (None: no TLS). Raises ValueError for a
+        setting the server cannot use."""
     def serve_tcp(self, fd: int) -> NativeFuture[None]:
         """Serve a listening TCP socket (ownership of ``fd`` passes to the server); the future
         resolves once the server has stopped and every connection is closed."""

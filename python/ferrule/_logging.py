@@ -142,7 +142,7 @@ def _is_terminal(stream: Any) -> bool:
         return False
 
 
-#: The access line as the server logs it (crates/ferrule/src/http/callbacks.rs), with its
+#: The access line as the server logs it (crates/ferrule/src/http/access_log.rs), with its
 #: arguments: client, method, target, HTTP version, status.
 ACCESS_FORMAT = '%s - "%s %s HTTP/%s" %d'
 

@@ -397,40 +397,8 @@ class Listening:
 def _http_server(
     bridge: Bridge, app: Any, config: Config, state: dict[str, Any], tls_files: Any
 ) -> Any:
-    """The server core (Rust) for this app and config."""
-    limit_max_requests = config.max_requests
-    return HttpServer(
-        bridge,
-        app,
-        root_path=config.root_path,
-        state=state,
-        timeout_keep_alive=config.timeout_keep_alive,
-        limit_concurrency=config.limit_concurrency,
-        limit_request_body=config.limit_request_body,
-        max_head_size=config.max_head_size,
-        max_connections=config.connection_limit,
-        access_log=config.access_log,
-        server_header=config.server_header,
-        date_header=config.date_header,
-        headers=config.headers,
-        trusted_proxies=config.trusted_proxies if config.proxy_headers else None,
-        rust_hello_route=config.rust_hello_route,
-        http=config.http,
-        tls_cert=tls_files and tls_files.cert,
-        tls_key=tls_files and tls_files.key,
-        tls_ca_certs=tls_files and tls_files.ca_certs,
-        tls_cert_reqs=tls_files.cert_reqs if tls_files else 0,
-        # As uvicorn: a WSGI app has no WebSockets (a2wsgi would close each at once).
-        ws=config.ws == "auto" and config.interface != "wsgi",
-        ws_max_size=config.ws_max_size,
-        ws_max_queue=config.ws_max_queue,
-        ws_ping_interval=config.ws_ping_interval or None,
-        ws_ping_timeout=config.ws_ping_timeout or None,
-        stats_route=config.stats_route,
-        limit_max_requests=limit_max_requests,
-        timeout_graceful_shutdown=config.timeout_graceful_shutdown,
-        reset_contextvars=config.reset_contextvars,
-    )
+    """The server core (Rust) for this app, reading its settings off ``config``."""
+    return HttpServer(bridge, app, config, state=state, tls=tls_files)
 
 
 def _starting(

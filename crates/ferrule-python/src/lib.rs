@@ -11,5 +11,6 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn _ferrule(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     ferrule::bridge::register(module)?;
+    ferrule::asgi::register(module)?;
     ferrule::http::register(module)
 }

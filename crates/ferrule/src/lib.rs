@@ -1,5 +1,23 @@
 //! ferrule's core: the bridge that drives Python coroutines from Rust, and the ASGI server
 //! (HTTP/1.1, HTTP/2, TLS, WebSockets) built on it.
+//!
+//! The modules depend on each other one way:
+//!
+//! ```text
+//! asgi -> bridge
+//! ws   -> asgi, bridge
+//! http -> asgi, bridge, ws (ws::is_upgrade and ws::upgrade, the upgrade hand-over)
+//! ```
+//!
+//! - `bridge` drives coroutines and knows nothing of ASGI;
+//! - `asgi` is what both protocols share (the server's settings, Python handles and live
+//!   state, connection info, the scope, reading messages, server-made responses);
+//! - `ws` serves WebSockets with `asgi` and `bridge` alone;
+//! - `http` serves HTTP/1.1 and HTTP/2, and hands an upgrade request to `ws::upgrade`, its one
+//!   use of `ws`.
+//!
+//! No two files of `asgi`, `http` or `ws` import each other, directly or in a circle.
+pub mod asgi;
 pub mod bridge;
 pub mod http;
 pub mod ws;

@@ -17,7 +17,7 @@ use super::counters::bump;
 use super::ffi::{self, Sent};
 use super::job::{Job, Resume, Waiting};
 use super::native::NativeFuture;
-use super::ResumeCallback;
+use super::resume::ResumeCallback;
 
 /// Which thread is driving: decides how a coroutine that must wait for the loop is rescheduled.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -1,6 +1,7 @@
 //! The one module with `unsafe`: the few CPython calls PyO3's safe API does not offer
-//! (`PyIter_Send`, entering and leaving a `contextvars.Context`) and the eventfd syscalls.
-//! Every block says why it is sound; everything else in the crate is safe Rust.
+//! (`PyIter_Send`, entering and leaving a `contextvars.Context`, thread states) and the
+//! syscalls (eventfd, scheduling policy, adopting a descriptor). Every block says why it is
+//! sound; everything else in the crate is safe Rust.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -157,21 +158,22 @@ pub fn release_thread_state() {
     let Some((gil_state, thread_state)) = KEPT_THREAD_STATE.with(std::cell::Cell::take) else {
         return;
     };
+    // Once the interpreter is finalising, taking the GIL from a non-main thread would never
+    // return: the state is left for finalisation to reclaim.
+    if py_is_finalizing() {
+        return;
+    }
     // SAFETY: the pair came from this thread's `keep_thread_state`, which left the GIL released
     // with `thread_state` saved; restoring it and then releasing the GILState pair is exactly the
-    // reverse. Skipped once the interpreter is finalising, when taking the GIL from a non-main
-    // thread would never return; the state is then reclaimed by finalisation.
+    // reverse.
     unsafe {
-        if py_is_finalizing() {
-            return;
-        }
         ffi::PyEval_RestoreThread(thread_state);
         ffi::PyGILState_Release(gil_state);
     }
 }
 
 /// `Py_IsFinalizing` (public from 3.13, `_Py_IsFinalizing` before).
-unsafe fn py_is_finalizing() -> bool {
+fn py_is_finalizing() -> bool {
     extern "C" {
         #[cfg_attr(not(Py_3_13), link_name = "_Py_IsFinalizing")]
         fn Py_IsFinalizing() -> std::os::raw::c_int;

@@ -16,7 +16,6 @@
 use std::collections::VecDeque;
 use std::io;
 use std::mem::MaybeUninit;
-use std::ops::Range;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,25 +23,10 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::asgi::raw_head::RawHead;
+
 /// As many header lines as hyper accepts (its default).
 const MAX_HEADERS: usize = 100;
-
-/// One request head: header lines in the client's order, names lowercased.
-pub struct RawHead {
-    bytes: Vec<u8>,
-    fields: Vec<(Range<usize>, Range<usize>)>,
-    /// Framing two parsers could read differently: the request gets 400 and the connection
-    /// closes before anything reads its body.
-    pub ambiguous: bool,
-}
-
-impl RawHead {
-    pub fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.fields
-            .iter()
-            .map(|(name, value)| (&self.bytes[name.clone()], &self.bytes[value.clone()]))
-    }
-}
 
 /// The heads recorded on one connection and not yet taken by the service.
 #[derive(Default)]

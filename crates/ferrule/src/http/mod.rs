@@ -1,31 +1,40 @@
 //! The ASGI HTTP/1.1 and HTTP/2 server on the bridge, one file per concern (as granian lays out protocols):
-//! - `serve`: `HttpServer`, the accept loop, per-request handling;
-//! - `types`: the ASGI scope;
+//! - `server`: `HttpServer`, the Python class: settings, listening sockets, shutdown;
+//! - `listener`: `Listener`, the listening sockets Python hands over, and accepting;
+//! - `serving`: the accept loop and each connection it serves (TLS handshake, hyper, finishing);
+//! - `connection`: `Connection`, one connection as its requests see it;
+//! - `request`: one request, from the checks before the app to the app's coroutine;
+//! - `streams`: `OpenStreams`, the HTTP/2 streams in progress on a connection;
 //! - `heads`: the raw request heads, recorded as hyper reads them (header order, framing);
-//! - `io`: the `receive` / `send` callables and the response body;
+//! - `exchange`: `Exchange`, what hyper's side and the app's side share for one request;
+//! - `callables`: the ASGI `receive` / `send` callables (`HttpReceive`, `HttpSend`);
+//! - `body`: `ResponseBody`, the response body hyper polls (fed through `BodySource`);
 //! - `tls`: rustls, certificates and ALPN;
-//! - `proxy`: what a trusted proxy's `X-Forwarded-*` headers change in the scope;
-//! - `callbacks`: what happens when the app's coroutine finishes.
+//! - `app_done`: what happens when the app's coroutine finishes;
+//! - `access_log`: the access log line.
+//!
+//! It builds on `asgi` and `bridge`; an upgrade request goes to `ws::upgrade` (`request`).
 
-pub(crate) mod callbacks;
-pub(crate) mod heads;
-pub(crate) mod io;
-pub(crate) mod proxy;
-pub(crate) mod serve;
+mod access_log;
+mod app_done;
+mod body;
+mod callables;
+mod connection;
+mod exchange;
+mod heads;
+mod listener;
+mod request;
+mod server;
+mod serving;
+mod streams;
 mod tls;
-pub(crate) mod types;
 
 use pyo3::prelude::*;
 
-pub use self::io::ClientDisconnected;
-pub use self::serve::HttpServer;
+pub use self::server::HttpServer;
 
 /// Registers the server's classes on `module`.
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<HttpServer>()?;
-    module.add(
-        "ClientDisconnected",
-        module.py().get_type::<ClientDisconnected>(),
-    )?;
     Ok(())
 }

@@ -6,13 +6,37 @@ use std::sync::Arc;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::TlsAcceptor;
 
-use super::serve::HttpVersions;
+use crate::asgi::settings::HttpVersions;
+
+/// The TLS material Python has read (`ferrule.tls.TlsFiles`), PEM.
+#[derive(FromPyObject)]
+pub struct TlsFiles<'py> {
+    cert: Bound<'py, PyBytes>,
+    key: Bound<'py, PyBytes>,
+    ca_certs: Option<Bound<'py, PyBytes>>,
+    /// `ssl.CERT_NONE`, `CERT_OPTIONAL` or `CERT_REQUIRED`.
+    cert_reqs: u8,
+}
+
+impl TlsFiles<'_> {
+    /// The acceptor for these files, offering `versions` by ALPN.
+    pub fn acceptor(&self, versions: HttpVersions) -> PyResult<TlsAcceptor> {
+        acceptor(
+            self.cert.as_bytes(),
+            self.key.as_bytes(),
+            self.ca_certs.as_ref().map(|ca| ca.as_bytes()),
+            ClientCerts::from_ssl_constant(self.cert_reqs)?,
+            versions,
+        )
+    }
+}
 
 /// What `--ssl-cert-reqs` asks of clients (the values of Python's `ssl.CERT_*`).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -23,7 +47,7 @@ pub enum ClientCerts {
 }
 
 impl ClientCerts {
-    pub fn from_ssl_constant(value: u8) -> PyResult<Self> {
+    fn from_ssl_constant(value: u8) -> PyResult<Self> {
         match value {
             0 => Ok(ClientCerts::None),
             1 => Ok(ClientCerts::Optional),
@@ -39,7 +63,7 @@ fn bad(what: &str, err: impl std::fmt::Display) -> PyErr {
 
 /// The acceptor for `cert_chain` / `key` (PEM), verifying clients against `ca_certs` (PEM) as
 /// `client_certs` says.
-pub fn acceptor(
+fn acceptor(
     cert_chain: &[u8],
     key: &[u8],
     ca_certs: Option<&[u8]>,

@@ -1,8 +1,4 @@
-//! A connection's own state (`ConnInfo`, `OpenStreams`), and the ASGI `http` scope built from
-//! a parsed request (ASGI HTTP spec 2.4).
-
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+//! The ASGI `http` scope built from a parsed request (ASGI HTTP spec 2.4).
 
 use http::request::Parts;
 use http::Version;
@@ -10,91 +6,10 @@ use percent_encoding::percent_decode;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
-use tokio::sync::watch;
 
-use super::heads::{HeadLog, RawHead};
+use super::conn::ConnInfo;
 use super::proxy::Forwarded;
-use super::serve::ServerShared;
-
-/// The two ends of one connection, as the scope's `client` and `server` want them.
-pub struct ConnInfo {
-    pub client: Option<(String, u16)>,
-    pub server: (String, Option<u16>),
-    /// The request heads recorded as they were read, in the client's order.
-    pub heads: Arc<HeadLog>,
-    /// Whether the connection is TLS (scheme "https").
-    pub tls: bool,
-    /// Its HTTP/2 streams in progress, for the idle timeout.
-    pub streams: Arc<OpenStreams>,
-    /// The tuples above as Python objects, made on the connection's first request.
-    python: OnceLock<(Py<PyAny>, Py<PyAny>)>,
-}
-
-impl ConnInfo {
-    pub fn new(client: Option<(String, u16)>, server: (String, Option<u16>)) -> Self {
-        Self {
-            client,
-            server,
-            heads: Arc::default(),
-            tls: false,
-            streams: Arc::default(),
-            python: OnceLock::new(),
-        }
-    }
-
-    fn python<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
-        if let Some((client, server)) = self.python.get() {
-            return Ok((client.bind(py).clone(), server.bind(py).clone()));
-        }
-        let client = match &self.client {
-            Some((host, port)) => PyTuple::new(
-                py,
-                [
-                    host.into_pyobject(py)?.into_any(),
-                    port.into_pyobject(py)?.into_any(),
-                ],
-            )?
-            .into_any(),
-            None => py.None().into_bound(py),
-        };
-        let server = PyTuple::new(
-            py,
-            [
-                self.server.0.clone().into_pyobject(py)?.into_any(),
-                self.server.1.into_pyobject(py)?.into_any(),
-            ],
-        )?
-        .into_any();
-        let _ = self
-            .python
-            .set((client.clone().unbind(), server.clone().unbind()));
-        Ok((client, server))
-    }
-
-    /// What a trusted proxy's headers say of this request (nothing when the peer is none).
-    pub fn forwarded(&self, headers: &http::HeaderMap, server: &ServerShared) -> Forwarded {
-        let peer = self.client.as_ref().map(|(host, _)| host.as_str());
-        server.proxies.forwarded(peer, headers)
-    }
-
-    /// `host:port` of the client for the access log: the forwarded one if any, as uvicorn
-    /// logs the scope's client.
-    pub fn client_label(&self, forwarded: &Forwarded) -> String {
-        match forwarded.client.as_ref().or(self.client.as_ref()) {
-            Some((host, port)) => format!("{host}:{port}"),
-            None => "-".to_owned(),
-        }
-    }
-}
-
-pub fn http_version(version: Version) -> &'static str {
-    match version {
-        Version::HTTP_10 => "1.0",
-        Version::HTTP_09 => "0.9",
-        Version::HTTP_2 => "2",
-        _ => "1.1",
-    }
-}
+use super::raw_head::RawHead;
 
 /// The parts of every request's scope that the server fixes, made once: each scope starts as a
 /// copy of `scope`. Copying a dict whose keys are all in place clones its key table in one go,
@@ -103,16 +18,25 @@ pub fn http_version(version: Version) -> &'static str {
 pub struct ScopeTemplate {
     scope: Py<PyDict>,
     asgi: Py<PyDict>,
+    /// `--root-path`, prepended to each scope's `path`.
+    root_path: Py<PyString>,
+    /// What lifespan startup left in its state, copied into each scope.
+    lifespan_state: Option<Py<PyDict>>,
 }
 
 impl ScopeTemplate {
-    pub fn new(py: Python<'_>, root_path: &Bound<'_, PyString>, state: bool) -> PyResult<Self> {
+    pub fn new(
+        py: Python<'_>,
+        root_path: &str,
+        lifespan_state: Option<Py<PyDict>>,
+    ) -> PyResult<Self> {
+        let root_path = PyString::new(py, root_path);
         let asgi = PyDict::new(py);
         asgi.set_item(intern!(py, "version"), intern!(py, "3.0"))?;
         asgi.set_item(intern!(py, "spec_version"), intern!(py, "2.4"))?;
         let scope = PyDict::new(py);
         let none = py.None();
-        // In the order the scope's keys have always had; `None` stands for a per-request value.
+        // The keys in the order apps have seen them; `None` stands for a per-request value.
         scope.set_item(intern!(py, "type"), intern!(py, "http"))?;
         for key in [
             intern!(py, "asgi"),
@@ -125,7 +49,7 @@ impl ScopeTemplate {
         ] {
             scope.set_item(key, &none)?;
         }
-        scope.set_item(intern!(py, "root_path"), root_path)?;
+        scope.set_item(intern!(py, "root_path"), &root_path)?;
         for key in [
             intern!(py, "headers"),
             intern!(py, "client"),
@@ -134,12 +58,14 @@ impl ScopeTemplate {
         ] {
             scope.set_item(key, &none)?;
         }
-        if state {
+        if lifespan_state.is_some() {
             scope.set_item(intern!(py, "state"), &none)?;
         }
         Ok(Self {
             scope: scope.unbind(),
             asgi: asgi.unbind(),
+            root_path: root_path.unbind(),
+            lifespan_state,
         })
     }
 }
@@ -150,9 +76,8 @@ pub fn build_scope<'py>(
     raw_head: Option<&RawHead>,
     conn: &ConnInfo,
     forwarded: &Forwarded,
-    server: &ServerShared,
+    template: &ScopeTemplate,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let template = &server.scope_template;
     let scope = template.scope.bind(py).copy()?;
     scope.set_item(intern!(py, "asgi"), template.asgi.bind(py).copy()?)?;
     scope.set_item(
@@ -168,7 +93,7 @@ pub fn build_scope<'py>(
     scope.set_item(intern!(py, "scheme"), scheme)?;
     let raw_path = parts.uri.path().as_bytes();
     let decoded = percent_decode(raw_path).decode_utf8_lossy();
-    let root_path = server.root_path.bind(py);
+    let root_path = template.root_path.bind(py);
     let path = if root_path.is_empty()? {
         PyString::new(py, &decoded)
     } else {
@@ -215,7 +140,7 @@ pub fn build_scope<'py>(
     extensions.set_item(intern!(py, "http.response.pathsend"), PyDict::new(py))?;
     extensions.set_item(intern!(py, "http.response.trailers"), PyDict::new(py))?;
     scope.set_item(intern!(py, "extensions"), extensions)?;
-    if let Some(state) = &server.state {
+    if let Some(state) = &template.lifespan_state {
         scope.set_item(intern!(py, "state"), state.bind(py).copy()?)?;
     }
     Ok(scope)
@@ -241,45 +166,5 @@ fn method_name<'py>(py: Python<'py>, method: &http::Method) -> Bound<'py, PyStri
         http::Method::PATCH => intern!(py, "PATCH").clone(),
         http::Method::OPTIONS => intern!(py, "OPTIONS").clone(),
         _ => PyString::new(py, method.as_str()),
-    }
-}
-
-/// The HTTP/2 streams in progress on one connection: a request from its head until its
-/// response's last byte is handed to hyper. hyper's HTTP/2 server has no idle timeout, and a
-/// client that answers its PINGs would otherwise hold the connection for ever.
-pub struct OpenStreams(watch::Sender<usize>);
-
-impl Default for OpenStreams {
-    fn default() -> Self {
-        Self(watch::Sender::new(0))
-    }
-}
-
-impl OpenStreams {
-    /// Counts a stream as open until the returned guard is dropped.
-    pub fn open(self: &Arc<Self>) -> OpenStream {
-        self.0.send_modify(|open| *open += 1);
-        OpenStream(self.clone())
-    }
-
-    /// Returns once no stream has been open for `timeout`.
-    pub async fn idle_for(&self, timeout: Duration) {
-        let mut open = self.0.subscribe();
-        loop {
-            // The sender lives in `self`, borrowed here: neither wait can fail.
-            let _ = open.wait_for(|open| *open == 0).await;
-            if tokio::time::timeout(timeout, open.changed()).await.is_err() {
-                return;
-            }
-        }
-    }
-}
-
-/// One stream in progress (see [`OpenStreams`]).
-pub struct OpenStream(Arc<OpenStreams>);
-
-impl Drop for OpenStream {
-    fn drop(&mut self) {
-        self.0 .0.send_modify(|open| *open -= 1);
     }
 }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use pyo3::intern;
@@ -10,14 +11,19 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
-use super::io::{run_socket, WsExchange, WsReceive, WsSend};
+use crate::asgi::conn::ConnInfo;
+use crate::asgi::handles::PyHandles;
+use crate::asgi::logging::log_app_exception;
+use crate::asgi::proxy::Forwarded;
+use crate::asgi::raw_head::RawHead;
+use crate::asgi::responses::{closing_response, plain_response};
+use crate::asgi::scope::build_scope;
+use crate::asgi::server::Server;
 use crate::bridge::Completion;
-use crate::http::callbacks::log_app_exception;
-use crate::http::heads::RawHead;
-use crate::http::io::{closing_response, plain_response, ResponseBody};
-use crate::http::proxy::Forwarded;
-use crate::http::serve::ServerShared;
-use crate::http::types::{build_scope, ConnInfo};
+
+use super::callables::{WsReceive, WsSend};
+use super::exchange::WsExchange;
+use super::socket::run_socket;
 
 /// Whether `request` asks to become a WebSocket (RFC 6455, 4.1).
 pub fn is_upgrade(request: &Request<Incoming>) -> bool {
@@ -49,10 +55,9 @@ fn is_handshake_key(key: &[u8]) -> bool {
 pub async fn upgrade(
     mut request: Request<Incoming>,
     raw_head: Option<RawHead>,
-    conn: Arc<ConnInfo>,
-    shared: Arc<ServerShared>,
-    max_size: usize,
-) -> Response<ResponseBody> {
+    conn: &ConnInfo,
+    server: Arc<Server>,
+) -> Response<Bytes> {
     let headers = request.headers();
     let version_ok = headers
         .get(http::header::SEC_WEBSOCKET_VERSION)
@@ -62,8 +67,8 @@ pub async fn upgrade(
         .filter(|key| is_handshake_key(key.as_bytes()))
         .cloned();
     let (Some(key), true, &Method::GET) = (key, version_ok, request.method()) else {
-        shared.request_finished();
-        let mut refused = closing_response(StatusCode::BAD_REQUEST, &shared);
+        server.state.request_finished();
+        let mut refused = closing_response(StatusCode::BAD_REQUEST, &server.settings);
         refused.headers_mut().insert(
             http::header::SEC_WEBSOCKET_VERSION,
             http::HeaderValue::from_static("13"),
@@ -72,20 +77,20 @@ pub async fn upgrade(
     };
     let on_upgrade = hyper::upgrade::on(&mut request);
     let (parts, _body) = request.into_parts();
-    let forwarded = conn.forwarded(&parts.headers, &shared);
+    let forwarded = conn.forwarded(&parts.headers, &server.settings);
     let (exchange, answer, ends) =
-        WsExchange::new(shared.clone(), derive_accept_key(key.as_bytes()));
+        WsExchange::new(server.clone(), derive_accept_key(key.as_bytes()));
     // Ended by `on_app_done`, which runs exactly once however the app ends.
-    shared.ws_sessions.send_modify(|open| *open += 1);
+    server.state.ws_sessions.send_modify(|open| *open += 1);
     Python::attach(|py| {
         let head = (&parts, raw_head.as_ref(), &forwarded);
-        if let Err(err) = start_app(py, &exchange, head, &conn) {
+        if let Err(err) = start_app(py, &exchange, head, conn) {
             on_app_done(py, &exchange, Err(err));
         }
     });
     let response = answer
         .await
-        .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &shared));
+        .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &server.settings));
     let accepted = response.status() == StatusCode::SWITCHING_PROTOCOLS;
     let target = parts
         .uri
@@ -99,15 +104,15 @@ pub async fn upgrade(
         "{} - \"WebSocket {target}\" {handshake}",
         conn.client_label(&forwarded)
     );
-    log_info(&shared, &line);
+    log_info(&server.py, &line);
     if accepted {
-        log_info(&shared, "connection open");
+        log_info(&server.py, "connection open");
         tokio::spawn(async move {
             match on_upgrade.await {
-                Ok(upgraded) => run_socket(upgraded, exchange.clone(), ends, max_size).await,
+                Ok(upgraded) => run_socket(upgraded, exchange.clone(), ends).await,
                 Err(_) => exchange.mark_closed(1006, String::new()),
             }
-            log_info(&exchange.server, "connection closed");
+            log_info(&exchange.server.py, "connection closed");
         });
     }
     response
@@ -115,9 +120,9 @@ pub async fn upgrade(
 
 /// A line at INFO on the error logger: uvicorn's three lines for each WebSocket (the
 /// handshake with its outcome, "connection open", "connection closed") go there too.
-fn log_info(shared: &ServerShared, line: &str) {
+fn log_info(handles: &PyHandles, line: &str) {
     Python::attach(|py| {
-        let logged = shared
+        let logged = handles
             .error_logger
             .bind(py)
             .call_method1(intern!(py, "info"), (line,));
@@ -133,8 +138,8 @@ fn start_app(
     head: (&http::request::Parts, Option<&RawHead>, &Forwarded),
     conn: &ConnInfo,
 ) -> PyResult<()> {
-    let shared = &exchange.server;
-    let scope = websocket_scope(py, head, conn, shared)?;
+    let server = &exchange.server;
+    let scope = websocket_scope(py, head, conn, &server.py)?;
     let receive = Py::new(
         py,
         WsReceive {
@@ -147,8 +152,9 @@ fn start_app(
             exchange: exchange.clone(),
         },
     )?;
-    let app = shared.app.bind(py);
-    let (coro, context) = shared
+    let app = server.py.app.bind(py);
+    let (coro, context) = server
+        .py
         .request_context
         .run(py, || app.call1((scope, receive, send)))?;
     let finishing = exchange.clone();
@@ -156,7 +162,7 @@ fn start_app(
         on_app_done(py, &finishing, result)
     }));
     // WebSocket sessions are not traced: the trace times requests.
-    shared.bridge.start(py, &coro, completion, context, 0)
+    server.bridge.start(py, &coro, completion, context, 0)
 }
 
 /// The HTTP scope of the upgrade request, made a `websocket` one (ASGI websocket spec 2.4).
@@ -164,9 +170,16 @@ fn websocket_scope<'py>(
     py: Python<'py>,
     (parts, raw_head, forwarded): (&http::request::Parts, Option<&RawHead>, &Forwarded),
     conn: &ConnInfo,
-    shared: &ServerShared,
+    handles: &PyHandles,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let scope = build_scope(py, parts, raw_head, conn, forwarded, shared)?;
+    let scope = build_scope(
+        py,
+        parts,
+        raw_head,
+        conn,
+        forwarded,
+        &handles.scope_template,
+    )?;
     scope.set_item(intern!(py, "type"), intern!(py, "websocket"))?;
     scope.del_item(intern!(py, "method"))?;
     let scheme: String = scope
@@ -195,10 +208,10 @@ fn websocket_scope<'py>(
 
 fn on_app_done(py: Python<'_>, exchange: &Arc<WsExchange>, result: PyResult<Py<PyAny>>) {
     let server = &exchange.server;
-    server.request_finished();
-    server.ws_sessions.send_modify(|open| *open -= 1);
+    server.state.request_finished();
+    server.state.ws_sessions.send_modify(|open| *open -= 1);
     exchange.finish_app(result.is_err());
     if let Err(error) = result {
-        log_app_exception(py, server, error);
+        log_app_exception(py, &server.py, error);
     }
 }

@@ -10,10 +10,9 @@ use http::{HeaderMap, HeaderName};
 static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
-/// Which peers may set the forwarded headers.
+/// Which peers may set the forwarded headers (`Settings::forwarded` ignores them all when
+/// `--no-proxy-headers` turns them off).
 pub enum TrustedProxies {
-    /// `--no-proxy-headers`: the headers are ignored.
-    Off,
     /// `--forwarded-allow-ips '*'`.
     All,
     Listed(Trusted),
@@ -125,18 +124,17 @@ pub struct Forwarded {
 }
 
 impl TrustedProxies {
-    /// `None` turns proxy headers off; `"*"` among the hosts trusts every peer.
-    pub fn new(hosts: Option<Vec<String>>) -> Self {
-        match hosts {
-            None => TrustedProxies::Off,
-            Some(hosts) if hosts.iter().any(|h| h == "*") => TrustedProxies::All,
-            Some(hosts) => TrustedProxies::Listed(Trusted::new(hosts)),
+    /// `"*"` among the hosts trusts every peer.
+    pub fn new(hosts: Vec<String>) -> Self {
+        if hosts.iter().any(|h| h == "*") {
+            TrustedProxies::All
+        } else {
+            TrustedProxies::Listed(Trusted::new(hosts))
         }
     }
 
     fn trusts(&self, host: Option<&str>) -> bool {
         match self {
-            TrustedProxies::Off => false,
             TrustedProxies::All => true,
             TrustedProxies::Listed(trusted) => host.is_some_and(|h| trusted.contains(h)),
         }
@@ -145,7 +143,7 @@ impl TrustedProxies {
     /// The scheme and client a trusted `peer` forwarded, if any. The last `X-Forwarded-Proto`
     /// line counts; the `X-Forwarded-For` lines are one list, in which the nearest untrusted
     /// hop is the client (the first one when every hop is trusted). An empty hop is no client.
-    /// (A WebSocket scope maps the scheme to ws/wss itself: `ws::serve::websocket_scope`.)
+    /// (A WebSocket scope maps the scheme to ws/wss itself: `ws::upgrade::websocket_scope`.)
     pub fn forwarded(&self, peer: Option<&str>, headers: &HeaderMap) -> Forwarded {
         let mut found = Forwarded::default();
         if !self.trusts(peer) {
@@ -232,11 +230,11 @@ mod tests {
     }
 
     fn trusted(hosts: &[&str]) -> TrustedProxies {
-        TrustedProxies::new(Some(hosts.iter().map(|h| h.to_string()).collect()))
+        TrustedProxies::new(hosts.iter().map(|h| h.to_string()).collect())
     }
 
     #[test]
-    fn untrusted_peer_or_off_changes_nothing() {
+    fn untrusted_peer_changes_nothing() {
         let h = headers(&[
             ("x-forwarded-for", "1.2.3.4"),
             ("x-forwarded-proto", "https"),
@@ -244,10 +242,6 @@ mod tests {
         let none = Forwarded::default();
         assert_eq!(
             trusted(&["10.0.0.1"]).forwarded(Some("127.0.0.1"), &h),
-            none
-        );
-        assert_eq!(
-            TrustedProxies::new(None).forwarded(Some("1.1.1.1"), &h),
             none
         );
         assert_eq!(trusted(&["127.0.0.1"]).forwarded(None, &h), none);

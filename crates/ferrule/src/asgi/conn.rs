@@ -1,0 +1,77 @@
+//! `ConnInfo`: one connection's two ends, as the scope wants them.
+
+use std::sync::OnceLock;
+
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use super::proxy::Forwarded;
+use super::settings::Settings;
+
+/// The two ends of one connection, as the scope's `client` and `server` want them.
+pub struct ConnInfo {
+    pub client: Option<(String, u16)>,
+    pub server: (String, Option<u16>),
+    /// Whether the connection is TLS (scheme "https").
+    pub tls: bool,
+    /// The tuples above as Python objects, made on the connection's first request.
+    python: OnceLock<(Py<PyAny>, Py<PyAny>)>,
+}
+
+impl ConnInfo {
+    pub fn new(client: Option<(String, u16)>, server: (String, Option<u16>)) -> Self {
+        Self {
+            client,
+            server,
+            tls: false,
+            python: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn python<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        if let Some((client, server)) = self.python.get() {
+            return Ok((client.bind(py).clone(), server.bind(py).clone()));
+        }
+        let client = match &self.client {
+            Some((host, port)) => PyTuple::new(
+                py,
+                [
+                    host.into_pyobject(py)?.into_any(),
+                    port.into_pyobject(py)?.into_any(),
+                ],
+            )?
+            .into_any(),
+            None => py.None().into_bound(py),
+        };
+        let server = PyTuple::new(
+            py,
+            [
+                self.server.0.clone().into_pyobject(py)?.into_any(),
+                self.server.1.into_pyobject(py)?.into_any(),
+            ],
+        )?
+        .into_any();
+        let _ = self
+            .python
+            .set((client.clone().unbind(), server.clone().unbind()));
+        Ok((client, server))
+    }
+
+    /// What a trusted proxy's headers say of this request (nothing when the peer is none).
+    pub fn forwarded(&self, headers: &http::HeaderMap, settings: &Settings) -> Forwarded {
+        let peer = self.client.as_ref().map(|(host, _)| host.as_str());
+        settings.forwarded(peer, headers)
+    }
+
+    /// `host:port` of the client for the access log: the forwarded one if any, as uvicorn
+    /// logs the scope's client.
+    pub fn client_label(&self, forwarded: &Forwarded) -> String {
+        match forwarded.client.as_ref().or(self.client.as_ref()) {
+            Some((host, port)) => format!("{host}:{port}"),
+            None => "-".to_owned(),
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! Logging what an app's coroutine raised.
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::disconnected::ClientDisconnected;
+use super::handles::PyHandles;
+
+/// Logs what an app's coroutine raised: a traceback at ERROR, except for `send()`'s "client
+/// went away" let through, which is routine (INFO, no traceback).
+pub fn log_app_exception(py: Python<'_>, handles: &PyHandles, error: PyErr) {
+    if error.is_instance_of::<ClientDisconnected>(py) {
+        let _ = handles.error_logger.bind(py).call_method1(
+            intern!(py, "info"),
+            ("Client disconnected before the response completed",),
+        );
+        return;
+    }
+    let kwargs = PyDict::new(py);
+    // into_value attaches the traceback to the exception, which logging then prints.
+    let logged = kwargs
+        .set_item(intern!(py, "exc_info"), error.into_value(py))
+        .and_then(|_| {
+            handles.error_logger.bind(py).call_method(
+                intern!(py, "error"),
+                ("Exception in ASGI application",),
+                Some(&kwargs),
+            )
+        });
+    if let Err(err) = logged {
+        err.write_unraisable(py, None);
+    }
+}

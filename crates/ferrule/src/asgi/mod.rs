@@ -1,0 +1,41 @@
+//! The ASGI plumbing HTTP and WebSockets share, built on `bridge` alone:
+//! - `server`: `Server`, what every connection and request of one server shares, made of
+//!   - `settings`: `Settings`, what the server was configured with;
+//!   - `handles`: `PyHandles`, the Python objects it calls or hands to the app;
+//!   - `live`: `LiveState`, what changes as it runs (requests in flight, stopping);
+//!   - `diagnostics`: `Diagnostics`, the benchmark's hooks answered from Rust;
+//! - `conn`: `ConnInfo`, one connection's two ends;
+//! - `raw_head`: `RawHead`, a request head as the client sent it;
+//! - `proxy`: what a trusted proxy's `X-Forwarded-*` headers change in the scope;
+//! - `scope`: the ASGI scope of a request;
+//! - `messages`: reading the app's messages (optional fields, headers);
+//! - `responses`: responses the server makes itself;
+//! - `disconnected`: `ClientDisconnected`, what `send()` raises once the client has gone;
+//! - `logging`: logging what an app raised.
+
+pub(crate) mod conn;
+pub(crate) mod diagnostics;
+pub(crate) mod disconnected;
+pub(crate) mod handles;
+pub(crate) mod live;
+pub(crate) mod logging;
+pub(crate) mod messages;
+pub(crate) mod proxy;
+pub(crate) mod raw_head;
+pub(crate) mod responses;
+pub(crate) mod scope;
+pub(crate) mod server;
+pub(crate) mod settings;
+
+use pyo3::prelude::*;
+
+pub use self::disconnected::ClientDisconnected;
+
+/// Registers the exception the ASGI callables raise on `module`.
+pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add(
+        "ClientDisconnected",
+        module.py().get_type::<ClientDisconnected>(),
+    )?;
+    Ok(())
+}

@@ -1,0 +1,188 @@
+//! `ResponseBody`: the response body hyper polls, whole or streamed from the app.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::HeaderMap;
+use http_body::{Body, Frame, SizeHint};
+use tokio::sync::{mpsc, Notify};
+
+use super::streams::OpenStream;
+
+/// The response body hyper polls: all at once, or streamed from the app through a channel.
+pub enum ResponseBody {
+    Full(Option<Bytes>),
+    Stream(StreamBody),
+}
+
+/// Where a streamed body comes from (the request's exchange): what the two sides share, and
+/// who to tell when hyper lets go of the body before its end.
+pub(super) trait BodySource: Send + Sync {
+    fn queue(&self) -> &BodyQueue;
+
+    /// hyper dropped the body before its end: `whole` when the declared Content-Length was
+    /// all out (hyper drops the body then, which is not the client leaving).
+    fn released_early(&self, whole: bool);
+}
+
+/// What a streamed body and the app's `send()` share.
+#[derive(Default)]
+pub(super) struct BodyQueue {
+    /// Set when the app failed after streaming began: the body ends in an error, so hyper
+    /// closes the connection instead of finishing the response as if it were whole.
+    pub(super) aborted: AtomicBool,
+    /// The response's trailer fields, for the body to send once its data has ended.
+    pub(super) trailers: Mutex<Option<HeaderMap>>,
+    /// Body bytes in the channel to hyper (`BODY_QUEUE_BYTES`), and the signal that hyper took
+    /// some or let go of the body.
+    pub(super) queued: AtomicUsize,
+    pub(super) drained: Notify,
+}
+
+pub struct StreamBody {
+    rx: mpsc::Receiver<Bytes>,
+    /// Held so that hyper dropping the body before its end tells the app the client is gone.
+    source: Arc<dyn BodySource>,
+    ended: bool,
+    /// The response's Content-Length, if it declared one, and the bytes handed to hyper: hyper
+    /// drops a body as soon as the declared length is out, which is not the client leaving.
+    declared: Option<u64>,
+    sent: u64,
+    /// An HTTP/2 stream counts as in progress until its body ends (`OpenStreams`).
+    open_stream: Option<OpenStream>,
+    /// The app failed mid-body and hyper was given a chance to flush first (`poll_frame`).
+    flushed_before_abort: bool,
+}
+
+impl ResponseBody {
+    pub fn full(body: Bytes) -> Self {
+        ResponseBody::Full(Some(body))
+    }
+
+    /// Whether the body comes from the app in chunks (not all at once).
+    pub fn is_streamed(&self) -> bool {
+        matches!(self, ResponseBody::Stream(_))
+    }
+
+    /// Keeps `open_stream` until a streamed body ends (a whole one is out at once).
+    pub fn hold(&mut self, open_stream: OpenStream) {
+        if let ResponseBody::Stream(stream) = self {
+            stream.open_stream = Some(open_stream);
+        }
+    }
+
+    pub(super) fn stream(
+        rx: mpsc::Receiver<Bytes>,
+        source: Arc<dyn BodySource>,
+        declared: Option<u64>,
+    ) -> Self {
+        ResponseBody::Stream(StreamBody {
+            rx,
+            source,
+            ended: false,
+            declared,
+            sent: 0,
+            open_stream: None,
+            flushed_before_abort: false,
+        })
+    }
+}
+
+impl From<Bytes> for ResponseBody {
+    fn from(body: Bytes) -> Self {
+        ResponseBody::full(body)
+    }
+}
+
+/// The error a stream ends with when the app failed mid-response: hyper closes the connection.
+#[derive(Debug)]
+pub struct ResponseAborted;
+
+impl std::fmt::Display for ResponseAborted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the ASGI app failed after the response started")
+    }
+}
+
+impl std::error::Error for ResponseAborted {}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = ResponseAborted;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ResponseAborted>>> {
+        match self.get_mut() {
+            ResponseBody::Full(body) => Poll::Ready(
+                body.take()
+                    .filter(|b| !b.is_empty())
+                    .map(|b| Ok(Frame::data(b))),
+            ),
+            ResponseBody::Stream(stream) => match stream.rx.poll_recv(cx) {
+                Poll::Ready(Some(chunk)) => {
+                    stream.sent += chunk.len() as u64;
+                    let queue = stream.source.queue();
+                    queue.queued.fetch_sub(chunk.len(), Ordering::AcqRel);
+                    queue.drained.notify_one();
+                    Poll::Ready(Some(Ok(Frame::data(chunk))))
+                }
+                Poll::Ready(None) => {
+                    let queue = stream.source.queue();
+                    let trailers = queue.trailers.lock().unwrap().take();
+                    if let Some(trailers) = trailers {
+                        return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                    }
+                    if !queue.aborted.load(Ordering::Acquire) {
+                        stream.ended = true;
+                        return Poll::Ready(None);
+                    }
+                    if !stream.flushed_before_abort {
+                        // hyper drops the connection at a body error without flushing what
+                        // it holds, which may be the head and every chunk: once more round
+                        // its loop (it flushes when the body is pending), then the error.
+                        stream.flushed_before_abort = true;
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                    stream.ended = true;
+                    Poll::Ready(Some(Err(ResponseAborted)))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ResponseBody::Full(body) => body.as_ref().is_none_or(Bytes::is_empty),
+            ResponseBody::Stream(stream) => stream.ended,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ResponseBody::Full(body) => {
+                SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            ResponseBody::Stream(_) => SizeHint::default(),
+        }
+    }
+}
+
+impl Drop for StreamBody {
+    fn drop(&mut self) {
+        // A `send()` waiting for room: the channel is closed now, its wait is over.
+        self.rx.close();
+        self.source.queue().drained.notify_one();
+        if self.ended {
+            return;
+        }
+        let whole = self.declared.is_some_and(|declared| self.sent >= declared);
+        self.source.released_early(whole);
+    }
+}

@@ -1,0 +1,28 @@
+//! `Connection`: one connection as its requests see it.
+
+use std::sync::Arc;
+
+use crate::asgi::conn::ConnInfo;
+
+use super::heads::HeadLog;
+use super::streams::OpenStreams;
+
+/// One connection as its requests see it: its two ends (the scope's), and what the server
+/// keeps track of on it.
+pub(super) struct Connection {
+    pub(super) info: ConnInfo,
+    /// The request heads recorded as they were read, in the client's order.
+    pub(super) heads: Arc<HeadLog>,
+    /// Its HTTP/2 streams in progress, for the idle timeout.
+    pub(super) streams: Arc<OpenStreams>,
+}
+
+impl Connection {
+    pub(super) fn new(info: ConnInfo) -> Self {
+        Self {
+            info,
+            heads: Arc::default(),
+            streams: Arc::default(),
+        }
+    }
+}

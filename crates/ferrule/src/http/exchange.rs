@@ -1,0 +1,282 @@
+//! `Exchange`: what hyper's side and the app's side share for one request, and where the
+//! response stands.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use hyper::body::Incoming;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::asgi::responses::{closing_response, plain_response};
+use crate::asgi::server::Server;
+use crate::asgi::settings::Settings;
+use crate::bridge::{NativeFuture, ResumeVia};
+
+use super::body::{BodyQueue, BodySource, ResponseBody};
+
+/// Body chunks in flight to hyper, per response: above the drive budget (128 steps), so one
+/// drive can never fill the channel while holding the GIL (invariant I13).
+pub const BODY_CHANNEL_CAPACITY: usize = 256;
+
+/// Body bytes of one response the app may have queued for hyper: past it, `send()` waits until
+/// hyper takes some. Without it a client that never opens its HTTP/2 flow-control window held
+/// 256 chunks per stream (4 MiB of 16 KiB chunks, times 200 streams a connection). Twice the
+/// benchmark's 256 x 1 KiB stream, which thus never waits.
+const BODY_QUEUE_BYTES: usize = 512 * 1024;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Phase {
+    /// No `http.response.start` yet.
+    Waiting,
+    /// Started; the head waits for the first body message, so a one-message body gets an
+    /// exact Content-Length.
+    HeadPending,
+    Streaming,
+    /// The last body message went out; the `http.response.trailers` promised in the start
+    /// message have not all come yet.
+    AwaitingTrailers,
+    Complete,
+}
+
+pub(super) enum RequestBody {
+    Unread(Incoming),
+    Reading,
+    Done,
+}
+
+pub(super) struct ExchangeState {
+    pub(super) phase: Phase,
+    head_tx: Option<oneshot::Sender<Response<ResponseBody>>>,
+    pub(super) head: Option<(StatusCode, HeaderMap)>,
+    pub(super) body_tx: Option<mpsc::Sender<Bytes>>,
+    pub(super) body: RequestBody,
+    pub(super) disconnected: bool,
+    /// hyper has sent every byte of the declared Content-Length and let go of the body: the
+    /// response is whole on the wire, though the app may still end it with an empty message.
+    pub(super) length_reached: bool,
+    /// Request body bytes handed to the app so far (for `limit_request_body`).
+    pub(super) body_read: u64,
+    /// The Content-Length the app's response head declared, while the body is held to it (not
+    /// for HEAD or a status without a body, where the body is never sent), and the body bytes
+    /// the app has sent so far.
+    pub(super) declared: Option<u64>,
+    pub(super) body_sent: u64,
+    pub(super) status: u16,
+    /// `receive()` calls waiting for `http.disconnect`.
+    pub(super) disconnect_waiters: Vec<Py<NativeFuture>>,
+    /// The start message said `trailers: True`: the body stays open for them.
+    pub(super) expects_trailers: bool,
+    /// Trailer fields gathered from `http.response.trailers` messages so far.
+    pub(super) trailers: HeaderMap,
+}
+
+impl ExchangeState {
+    /// Answers `status` and closes, if the response has not started (else nothing to do).
+    pub(super) fn refuse(&mut self, status: StatusCode, settings: &Settings) {
+        if let Some(head_tx) = self.head_tx.take() {
+            let _ = head_tx.send(closing_response(status, settings));
+            self.status = status.as_u16();
+        }
+    }
+}
+
+/// What hyper's side and the app's side share for one request.
+pub struct Exchange {
+    pub server: Arc<Server>,
+    pub(super) head_request: bool,
+    /// The request asked `Expect: 100-continue` before sending its body (see `send_head`).
+    expects_continue: bool,
+    pub(super) state: Mutex<ExchangeState>,
+    /// What the response body, once streamed, shares with `send()`.
+    pub(super) body: BodyQueue,
+}
+
+impl Exchange {
+    /// `head_request`: a HEAD request, whose response has no body whatever its Content-Length.
+    /// `expects_continue`: it asked `Expect: 100-continue` and has a body to come.
+    pub fn new(
+        server: Arc<Server>,
+        head_tx: oneshot::Sender<Response<ResponseBody>>,
+        body: Incoming,
+        head_request: bool,
+        expects_continue: bool,
+    ) -> Self {
+        Self {
+            server,
+            head_request,
+            expects_continue,
+            state: Mutex::new(ExchangeState {
+                phase: Phase::Waiting,
+                head_tx: Some(head_tx),
+                head: None,
+                body_tx: None,
+                body: RequestBody::Unread(body),
+                disconnected: false,
+                length_reached: false,
+                body_read: 0,
+                declared: None,
+                body_sent: 0,
+                status: 0,
+                disconnect_waiters: Vec::new(),
+                expects_trailers: false,
+                trailers: HeaderMap::new(),
+            }),
+            body: BodyQueue::default(),
+        }
+    }
+
+    /// Whether `len` more body bytes fit in `BODY_QUEUE_BYTES` (any chunk does in an empty
+    /// queue, so one larger than the bound still goes).
+    pub(super) fn has_room_for(&self, len: usize) -> bool {
+        let queued = self.body.queued.load(Ordering::Acquire);
+        queued == 0 || queued + len <= BODY_QUEUE_BYTES
+    }
+
+    /// Waits until `len` more body bytes fit, or hyper has let go of the body (`tx` closed).
+    pub(super) async fn room_for(&self, len: usize, tx: &mpsc::Sender<Bytes>) {
+        loop {
+            let drained = self.body.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.has_room_for(len) || tx.is_closed() {
+                return;
+            }
+            drained.await;
+        }
+    }
+
+    /// Sends the response head the app started, with `body` as its body. Returns the response
+    /// when hyper no longer waits for it (the client went away), for the caller to drop once
+    /// it has released the state lock: dropping a streamed body tells this exchange the client
+    /// is gone, which takes that lock, and the lock is not reentrant.
+    #[must_use = "drop the unsent response after releasing the state lock"]
+    pub(super) fn send_head(
+        &self,
+        state: &mut ExchangeState,
+        body: ResponseBody,
+    ) -> Option<Response<ResponseBody>> {
+        let (status, headers) = state.head.take().expect("a pending head");
+        let mut response = Response::new(body);
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
+        self.server
+            .settings
+            .add_default_headers(response.headers_mut());
+        if self.expects_continue && matches!(state.body, RequestBody::Unread(_)) {
+            // The app answers without reading the body, so no `100 Continue` went out and the
+            // client may not have sent it: hyper closes the connection, having no way to tell
+            // where the next request starts. Say so, or the client reuses a dead connection
+            // (and a POST is not retried).
+            response
+                .headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        match state.head_tx.take() {
+            Some(head_tx) => head_tx.send(response).err(),
+            None => Some(response),
+        }
+    }
+
+    /// The client is gone: every later `receive()` says so, every `send()` raises.
+    pub fn mark_disconnected(&self, py: Python<'_>) {
+        let waiters = {
+            let mut state = self.state.lock().unwrap();
+            if state.phase == Phase::Complete || state.disconnected {
+                return;
+            }
+            state.disconnected = true;
+            state.body_tx = None;
+            std::mem::take(&mut state.disconnect_waiters)
+        };
+        self.resolve_disconnect_waiters(py, waiters);
+    }
+
+    /// hyper let go of the streamed body once the declared length was out (see `StreamBody`).
+    fn mark_length_reached(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.length_reached = true;
+        state.body_tx = None;
+    }
+
+    pub(super) fn resolve_disconnect_waiters(
+        &self,
+        py: Python<'_>,
+        waiters: Vec<Py<NativeFuture>>,
+    ) {
+        for waiter in waiters {
+            let message = disconnect_message(py).map(Bound::unbind);
+            NativeFuture::settle(waiter.bind(py), message, ResumeVia::Schedule);
+        }
+    }
+
+    /// The app's coroutine finished (`Ok`) or raised (`Err`): make sure the client gets an
+    /// answer, and report what the access log needs. Returns the status sent (0 if none).
+    pub fn finish_app(&self, py: Python<'_>, failed: bool) -> (u16, Option<&'static str>) {
+        let (status, problem, waiters) = {
+            let mut state = self.state.lock().unwrap();
+            // An app that stops once the client has gone (it heard `http.disconnect` or `send()`
+            // raised) did what the spec asks: nothing to report.
+            let unfinished = if failed || state.disconnected {
+                ""
+            } else {
+                "ASGI callable returned without completing response."
+            };
+            let problem = match state.phase {
+                Phase::Complete => None,
+                // Trailers promised but not (all) sent: the body simply ends without them.
+                Phase::AwaitingTrailers => {
+                    state.body_tx = None;
+                    None
+                }
+                Phase::Waiting | Phase::HeadPending => {
+                    if let Some(head_tx) = state.head_tx.take() {
+                        let _ = head_tx.send(plain_response(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            &self.server.settings,
+                        ));
+                        state.status = 500;
+                    }
+                    Some(unfinished)
+                }
+                Phase::Streaming => {
+                    self.body.aborted.store(true, Ordering::Release);
+                    state.body_tx = None;
+                    Some(unfinished)
+                }
+            };
+            state.phase = Phase::Complete;
+            (
+                state.status,
+                problem,
+                std::mem::take(&mut state.disconnect_waiters),
+            )
+        };
+        self.resolve_disconnect_waiters(py, waiters);
+        (status, problem.filter(|p| !p.is_empty()))
+    }
+}
+
+impl BodySource for Exchange {
+    fn queue(&self) -> &BodyQueue {
+        &self.body
+    }
+
+    fn released_early(&self, whole: bool) {
+        if whole {
+            self.mark_length_reached();
+        } else {
+            Python::attach(|py| self.mark_disconnected(py));
+        }
+    }
+}
+
+pub(super) fn disconnect_message(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let message = PyDict::new(py);
+    message.set_item(intern!(py, "type"), intern!(py, "http.disconnect"))?;
+    Ok(message.into_any())
+}

@@ -1,0 +1,282 @@
+//! One request: what is refused before the app sees it, the benchmark routes, the WebSocket
+//! hand-over, and calling the app.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http::header::CONTENT_LENGTH;
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use pyo3::prelude::*;
+use tokio::sync::oneshot;
+
+use crate::asgi::conn::ConnInfo;
+use crate::asgi::proxy::Forwarded;
+use crate::asgi::raw_head::RawHead;
+use crate::asgi::responses::{closing_response, plain_response};
+use crate::asgi::scope::build_scope;
+use crate::asgi::server::Server;
+use crate::asgi::settings::Settings;
+use crate::bridge::Completion;
+use crate::ws;
+
+use super::access_log::AccessInfo;
+use super::app_done::on_app_done;
+use super::body::ResponseBody;
+use super::callables::{HttpReceive, HttpSend};
+use super::connection::Connection;
+use super::exchange::Exchange;
+
+/// Tells the app the client is gone if hyper drops the request before the response head.
+struct DisconnectOnDrop(Option<Arc<Exchange>>);
+
+impl Drop for DisconnectOnDrop {
+    fn drop(&mut self) {
+        if let Some(exchange) = self.0.take() {
+            Python::attach(|py| exchange.mark_disconnected(py));
+        }
+    }
+}
+
+/// hyper's service: one request, from its head to the response's head (a streamed body goes on
+/// after).
+pub(super) async fn handle(
+    request: Request<Incoming>,
+    conn: Arc<Connection>,
+    server: Arc<Server>,
+) -> Result<Response<ResponseBody>, Infallible> {
+    let received = server.bridge.trace.mark();
+    // Taken first, whatever happens to the request, to stay in step with hyper's order.
+    let raw_head = conn.heads.take();
+    // Until the response's last byte: a streamed body takes it over below.
+    let open_stream = (request.version() == http::Version::HTTP_2).then(|| conn.streams.open());
+    let settings = &server.settings;
+    let state = &server.state;
+    state.count_request();
+    if !state.start_request(settings.limit_concurrency) {
+        return Ok(plain_response(StatusCode::SERVICE_UNAVAILABLE, settings));
+    }
+    if raw_head.as_ref().is_some_and(|head| head.ambiguous) {
+        state.request_finished();
+        return Ok(closing_response(StatusCode::BAD_REQUEST, settings));
+    }
+    if let Some(status) = refusal(&request, raw_head.is_some(), settings) {
+        state.request_finished();
+        return Ok(closing_response(status, settings));
+    }
+    let path = request.uri().path();
+    if let Some(answer) = server.diagnostics.answer(path, &server.bridge, settings) {
+        state.request_finished();
+        return Ok(answer);
+    }
+    if settings.websockets && ws::is_upgrade(&request) {
+        let answer = ws::upgrade(request, raw_head, &conn.info, server.clone()).await;
+        return Ok(answer.map(ResponseBody::full));
+    }
+    let (parts, body) = request.into_parts();
+    let http10 = parts.version == http::Version::HTTP_10;
+    let (head_tx, head_rx) = oneshot::channel();
+    let head_request = parts.method == http::Method::HEAD;
+    // As hyper decides when to send `100 Continue` (HTTP/1.1, a body to come).
+    let expects_continue = parts.version == http::Version::HTTP_11
+        && !http_body::Body::is_end_stream(&body)
+        && parts
+            .headers
+            .get(http::header::EXPECT)
+            .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    // Here, without the GIL: the scope and the access line both need it.
+    let forwarded = conn.info.forwarded(&parts.headers, settings);
+    let exchange = Arc::new(Exchange::new(
+        server.clone(),
+        head_tx,
+        body,
+        head_request,
+        expects_continue,
+    ));
+    // Built only when an access log line will be written: it costs three allocations.
+    let access = server
+        .py
+        .access_logger
+        .is_some()
+        .then(|| AccessInfo::new(&parts, &conn.info, &forwarded));
+    let mut guard = DisconnectOnDrop(Some(exchange.clone()));
+    let mut access = access;
+    let mut begin = {
+        let exchange = exchange.clone();
+        move |py: Python<'_>| {
+            let head = (&parts, raw_head.as_ref(), &forwarded);
+            if let Err(err) = start_app(py, &exchange, head, &conn.info, &mut access, received) {
+                // Calling the app raised before there was a coroutine (say, a sync callable):
+                // the same 500 and logged traceback as an exception inside it.
+                on_app_done(py, &exchange, access.as_ref(), Err(err));
+            }
+        }
+    };
+    let bridge = &server.bridge;
+    if bridge.starts_on_loop() {
+        bridge.start_on_loop(Box::new(begin));
+    } else {
+        let asked_for_gil = bridge.trace.mark();
+        Python::attach(|py| {
+            bridge
+                .trace
+                .record_since(&bridge.trace.gil_wait, asked_for_gil);
+            begin(py);
+        });
+    }
+    let mut response = head_rx
+        .await
+        .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, settings));
+    guard.0 = None;
+    if http10 && response.body().is_streamed() && !response.headers().contains_key(CONTENT_LENGTH) {
+        // HTTP/1.0 has no chunks: this body ends at the close. Said as HTTP/1.0, the response
+        // closes the connection; said as HTTP/1.1 (hyper's default), hyper would add
+        // `connection: keep-alive` to a keep-alive request's answer and close all the same.
+        *response.version_mut() = http::Version::HTTP_10;
+    }
+    if let Some(open_stream) = open_stream {
+        response.body_mut().hold(open_stream);
+    }
+    Ok(response)
+}
+
+/// A request refused before the app sees it: headers over `max_head_size` in all (hyper
+/// enforces its buffer limit only when a head arrives in several reads), a request no ASGI app
+/// can be handed (`unservable`), or a declared body over `limit_request_body` (hyper has
+/// already rejected malformed Content-Lengths). A `recorded` head's framing was checked
+/// already, on the raw lines (`RawHead::ambiguous`).
+fn refusal(request: &Request<Incoming>, recorded: bool, settings: &Settings) -> Option<StatusCode> {
+    if let Some(status) = unservable(request) {
+        return Some(status);
+    }
+    let headers = request.headers();
+    let head_bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    if head_bytes > settings.max_head_size {
+        return Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    }
+    if !recorded && ambiguous_framing(headers) {
+        return Some(StatusCode::BAD_REQUEST);
+    }
+    let limit = settings.limit_request_body?;
+    let length: u64 = headers
+        .get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()?;
+    (length > limit).then_some(StatusCode::PAYLOAD_TOO_LARGE)
+}
+
+/// What RFC 9112 says a server must refuse, or what no ASGI app can serve:
+/// - CONNECT asks for a tunnel, which an ASGI server has none of (hyper would take the app's
+///   2xx for the start of one and drop the connection with no response sent): 501;
+/// - a request-target other than a path (or `*` for OPTIONS), such as `GET example.com:80`,
+///   would reach the app with an empty path: 400 (RFC 9112 3.2);
+/// - a request with two Host lines: 400 (RFC 9112 3.2), a host-confusion vector, a proxy
+///   routing on one and the app reading the other. An HTTP/1.1 request with none is served, as
+///   uvicorn's default parser (httptools) serves it: RFC 9112 says refuse it, but clients that
+///   omit it exist (a wrk script formatting requests before wrk knows the host) and work with
+///   uvicorn.
+fn unservable(request: &Request<Incoming>) -> Option<StatusCode> {
+    if request.method() == http::Method::CONNECT {
+        return Some(StatusCode::NOT_IMPLEMENTED);
+    }
+    let path = request.uri().path();
+    let asterisk = path == "*" && request.method() == http::Method::OPTIONS;
+    if !path.starts_with('/') && !asterisk {
+        return Some(StatusCode::BAD_REQUEST);
+    }
+    if request
+        .headers()
+        .get_all(http::header::HOST)
+        .iter()
+        .nth(1)
+        .is_some()
+    {
+        return Some(StatusCode::BAD_REQUEST);
+    }
+    None
+}
+
+/// Body framing two parsers could read differently, the raw material of request smuggling:
+/// Content-Length given more than once or together with Transfer-Encoding, or any
+/// Transfer-Encoding but a single `chunked`. hyper tolerates some of these (as RFC 9112 allows);
+/// a server facing the internet refuses them all.
+fn ambiguous_framing(headers: &http::HeaderMap) -> bool {
+    let lengths = headers.get_all(http::header::CONTENT_LENGTH).iter().count();
+    let mut encodings = headers.get_all(http::header::TRANSFER_ENCODING).iter();
+    let encoding = encodings.next();
+    if encodings.next().is_some() || lengths > 1 {
+        return true;
+    }
+    match encoding {
+        None => false,
+        Some(encoding) => {
+            lengths > 0
+                || !encoding
+                    .as_bytes()
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(b"chunked")
+        }
+    }
+}
+
+/// Calls the app and hands its coroutine to the bridge, which drives it right here.
+fn start_app(
+    py: Python<'_>,
+    exchange: &Arc<Exchange>,
+    head: (&http::request::Parts, Option<&RawHead>, &Forwarded),
+    conn: &ConnInfo,
+    access: &mut Option<AccessInfo>,
+    received: u64,
+) -> PyResult<()> {
+    let server = &exchange.server;
+    let (coro, context) = server
+        .py
+        .request_context
+        .run(py, || call_app(py, exchange, head, conn))?;
+    // From here the completion owns the access info; if making the job fails, the caller's
+    // fallback logs the error without an access line.
+    let access = access.take();
+    let finishing = exchange.clone();
+    let completion = Completion::Callback(Box::new(move |py, result| {
+        on_app_done(py, &finishing, access.as_ref(), result)
+    }));
+    server
+        .bridge
+        .start(py, &coro, completion, context, received)
+}
+
+/// `app(scope, receive, send)`: the coroutine to drive.
+fn call_app<'py>(
+    py: Python<'py>,
+    exchange: &Arc<Exchange>,
+    (parts, raw_head, forwarded): (&http::request::Parts, Option<&RawHead>, &Forwarded),
+    conn: &ConnInfo,
+) -> PyResult<Bound<'py, PyAny>> {
+    let handles = &exchange.server.py;
+    let scope = build_scope(
+        py,
+        parts,
+        raw_head,
+        conn,
+        forwarded,
+        &handles.scope_template,
+    )?;
+    let receive = Py::new(
+        py,
+        HttpReceive {
+            exchange: exchange.clone(),
+        },
+    )?;
+    let send = Py::new(
+        py,
+        HttpSend {
+            exchange: exchange.clone(),
+        },
+    )?;
+    handles.app.bind(py).call1((scope, receive, send))
+}

@@ -1,0 +1,149 @@
+//! `HttpServer`, the Python class: the server's settings, the listening sockets Python hands
+//! it, and shutdown.
+
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex};
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tokio_rustls::TlsAcceptor;
+
+use crate::asgi::diagnostics::Diagnostics;
+use crate::asgi::handles::PyHandles;
+use crate::asgi::live::LiveState;
+use crate::asgi::server::Server;
+use crate::asgi::settings::{optional_seconds, Settings};
+use crate::bridge::{Bridge, NativeFuture, ResumeVia};
+
+use super::listener::{std_tcp_listener, std_unix_listener, Listener};
+use super::serving::accept_loop;
+use super::tls::TlsFiles;
+
+#[pyclass(frozen, module = "ferrule._ferrule")]
+pub struct HttpServer {
+    server: Arc<Server>,
+    /// The TLS acceptor, when the server speaks HTTPS.
+    tls: Option<TlsAcceptor>,
+    started: Mutex<bool>,
+}
+
+#[pymethods]
+impl HttpServer {
+    /// `config` is ferrule's `Config` (see `Settings` for what is read from it), `state` the
+    /// lifespan state, `tls` the TLS files read (`ferrule.tls.TlsFiles`) or None.
+    #[new]
+    #[pyo3(signature = (bridge, app, config, *, state=None, tls=None))]
+    fn new(
+        py: Python<'_>,
+        bridge: &Bridge,
+        app: Py<PyAny>,
+        config: &Bound<'_, PyAny>,
+        state: Option<Py<PyDict>>,
+        tls: Option<TlsFiles<'_>>,
+    ) -> PyResult<Self> {
+        let settings = Settings::from_config(config)?;
+        let diagnostics: Diagnostics = config.extract()?;
+        let tls = tls.map(|files| files.acceptor(settings.http)).transpose()?;
+        let bridge = bridge.shared().clone();
+        let server = Server {
+            py: PyHandles::new(py, &bridge, app, state, &settings)?,
+            state: LiveState::new(&settings),
+            diagnostics,
+            settings,
+            bridge,
+        };
+        Ok(Self {
+            server: Arc::new(server),
+            tls,
+            started: Mutex::new(false),
+        })
+    }
+
+    /// Serves the listening TCP socket `fd` (ownership passes to the server). Returns a future
+    /// resolved once the server has stopped and every connection is closed.
+    fn serve_tcp(&self, py: Python<'_>, fd: RawFd) -> PyResult<Py<NativeFuture>> {
+        let listener = std_tcp_listener(fd)?;
+        self.start(py, move || {
+            Ok(Listener::Tcp(tokio::net::TcpListener::from_std(listener)?))
+        })
+    }
+
+    /// As `serve_tcp`, for a listening Unix socket bound at `path`.
+    fn serve_unix(&self, py: Python<'_>, fd: RawFd, path: String) -> PyResult<Py<NativeFuture>> {
+        let listener = std_unix_listener(fd)?;
+        self.start(py, move || {
+            Ok(Listener::Unix(
+                tokio::net::UnixListener::from_std(listener)?,
+                path,
+            ))
+        })
+    }
+
+    /// Stops accepting; in-flight requests get `timeout` seconds (forever if None), then are
+    /// cancelled and their connections closed.
+    #[pyo3(signature = (timeout=None))]
+    fn shutdown(&self, timeout: Option<f64>) -> PyResult<()> {
+        let timeout = optional_seconds(timeout, "timeout")?;
+        self.server.state.stop(timeout);
+        Ok(())
+    }
+
+    #[getter]
+    fn in_flight(&self) -> usize {
+        self.server.state.in_flight()
+    }
+}
+
+impl HttpServer {
+    fn start(
+        &self,
+        py: Python<'_>,
+        make_listener: impl FnOnce() -> std::io::Result<Listener> + Send + 'static,
+    ) -> PyResult<Py<NativeFuture>> {
+        let mut started = self.started.lock().unwrap();
+        if *started {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "the server is already serving",
+            ));
+        }
+        *started = true;
+        let done = Py::new(py, NativeFuture::new(self.server.bridge.clone()))?;
+        let mut stopped = StoppedSignal(Some(done.clone_ref(py)));
+        let server = self.server.clone();
+        let tls = self.tls.clone();
+        let stop = self.server.state.stopping();
+        self.server.bridge.handle.spawn(async move {
+            let outcome = match make_listener() {
+                Ok(listener) => {
+                    accept_loop(listener, server, tls, stop).await;
+                    Ok(())
+                }
+                Err(err) => Err(err),
+            };
+            stopped.resolve(outcome.map_err(|err| err.to_string()));
+        });
+        Ok(done)
+    }
+}
+
+/// Resolves the "server stopped" future once: with the outcome, or with an error if the server
+/// task ended another way (a panic), so Python never waits forever on it.
+struct StoppedSignal(Option<Py<NativeFuture>>);
+
+impl StoppedSignal {
+    fn resolve(&mut self, outcome: Result<(), String>) {
+        let Some(future) = self.0.take() else { return };
+        Python::attach(|py| {
+            let result = outcome
+                .map(|()| py.None())
+                .map_err(pyo3::exceptions::PyOSError::new_err);
+            NativeFuture::settle(future.bind(py), result, ResumeVia::DriveNow);
+        });
+    }
+}
+
+impl Drop for StoppedSignal {
+    fn drop(&mut self) {
+        self.resolve(Err("the server task stopped unexpectedly".to_owned()));
+    }
+}

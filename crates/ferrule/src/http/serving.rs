@@ -1,0 +1,257 @@
+//! The accept loop and each connection it serves: the TLS handshake, hyper's connection
+//! settings, and when a connection is asked to finish.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use pyo3::prelude::*;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::TlsAcceptor;
+
+use crate::asgi::conn::ConnInfo;
+use crate::asgi::live::Stop;
+use crate::asgi::server::Server;
+use crate::asgi::settings::Settings;
+
+use super::connection::Connection;
+use super::heads::{Recorder, RecordingIo};
+use super::listener::{accept, IoStream, Listener};
+use super::request::handle;
+
+/// How every connection of one server is served: hyper's settings, and TLS if it is on.
+struct ConnectionSetup {
+    builder: auto::Builder<TokioExecutor>,
+    tls: Option<TlsAcceptor>,
+}
+
+/// Accepts connections until the server is asked to stop, then drains them: each finishes
+/// what it has in progress within the graceful timeout, or is cancelled and closed.
+pub(super) async fn accept_loop(
+    listener: Listener,
+    server: Arc<Server>,
+    tls: Option<TlsAcceptor>,
+    mut stop: watch::Receiver<Stop>,
+) {
+    // Each connection holds a receiver until it ends: told `true`, it finishes gracefully,
+    // and once every receiver is gone every connection has ended.
+    let (stopping, _) = watch::channel(false);
+    let (abort_tx, abort_rx) = watch::channel(false);
+    let tls_on = tls.is_some();
+    let setup = Arc::new(ConnectionSetup {
+        builder: connection_builder(&server.settings),
+        tls,
+    });
+    let permits = Arc::new(Semaphore::new(server.settings.connection_limit));
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.wait_for(Option::is_some) => break,
+            accepted = accept_with_permit(&listener, &permits, tls_on) => accepted,
+        };
+        let (stream, conn, permit) = match accepted {
+            Ok(accepted) => accepted,
+            Err(_) => {
+                // Out of descriptors or a connection reset before accept: keep serving.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let served = serve_connection(
+            stream,
+            Arc::new(Connection::new(conn)),
+            server.clone(),
+            setup.clone(),
+            stopping.subscribe(),
+        );
+        let mut abort = abort_rx.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = served => {}
+                _ = abort.wait_for(|aborted| *aborted) => {}
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    let timeout = stop.borrow().flatten();
+    let mut ws_sessions = server.state.ws_sessions.subscribe();
+    let drain = async {
+        stopping.send_replace(true);
+        stopping.closed().await;
+        // Each session has been sent 1012; its app returns once it hears the disconnect.
+        let _ = ws_sessions.wait_for(|open| *open == 0).await;
+    };
+    let drained = match timeout {
+        Some(timeout) => tokio::time::timeout(timeout, drain).await.is_ok(),
+        None => {
+            drain.await;
+            true
+        }
+    };
+    if !drained {
+        Python::attach(|py| server.bridge.cancel_all(py));
+        let _ = abort_tx.send(true);
+    }
+}
+
+/// Waits for a connection slot, then for a connection.
+async fn accept_with_permit(
+    listener: &Listener,
+    permits: &Arc<Semaphore>,
+    tls: bool,
+) -> std::io::Result<(Box<dyn IoStream>, ConnInfo, OwnedSemaphorePermit)> {
+    let permit = permits
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("the semaphore is never closed");
+    let (stream, mut conn) = accept(listener).await?;
+    conn.tls = tls;
+    Ok((stream, conn, permit))
+}
+
+/// hyper's connection settings: HTTP/1.1 and HTTP/2 told apart by the client's first bytes
+/// (hyper-util's auto builder), or HTTP/2 alone. HTTP/1.1 alone cannot be asked of the auto
+/// builder once upgrades are on (it ignores it), so the head recorder refuses an HTTP/2 preface
+/// then (`Recorder::refusing_http2`).
+fn connection_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(settings.header_read_timeout())
+        .auto_date_header(settings.date_header)
+        // The request line and headers must fit in `max_head_size`. hyper's buffer is twice
+        // that, so a head a little over the limit is still parsed whole: a long request line
+        // then gets 414 from hyper (it only tells URI length on a complete parse), long headers
+        // 431 from `refusal`. Past the buffer hyper answers 431 and closes.
+        .max_buf_size(2 * settings.max_head_size);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(settings.max_head_size).unwrap_or(u32::MAX))
+        // A peer silent for the keep-alive timeout is PINGed, and dropped if it does not answer
+        // within as long again: a client gone without a FIN (a NAT that forgot it, a machine
+        // switched off) would otherwise keep its connection slot for ever. A live client that
+        // answers PINGs but opens no stream is sent GOAWAY after as long (`FinishWhen`).
+        .keep_alive_interval(settings.header_read_timeout())
+        .keep_alive_timeout(settings.header_read_timeout())
+        .auto_date_header(settings.date_header);
+    if settings.http.h1 {
+        builder
+    } else {
+        builder.http2_only()
+    }
+}
+
+/// How long a client may take over the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One connection, from the TLS handshake (if any) to its close.
+async fn serve_connection(
+    stream: Box<dyn IoStream>,
+    conn: Arc<Connection>,
+    server: Arc<Server>,
+    setup: Arc<ConnectionSetup>,
+    stopping: watch::Receiver<bool>,
+) {
+    let stream: Box<dyn IoStream> = match &setup.tls {
+        None => stream,
+        Some(acceptor) => {
+            match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => Box::new(tls),
+                // A failed or abandoned handshake: rustls has sent its alert, if any.
+                _ => return,
+            }
+        }
+    };
+    // The record of request heads sees the bytes after TLS, as hyper does.
+    let settings = &server.settings;
+    let mut recorder = Recorder::new(conn.heads.clone(), settings.max_head_size);
+    if !settings.http.h2 {
+        recorder = recorder.refusing_http2();
+    }
+    let io = TokioIo::new(RecordingIo::new(stream, recorder));
+    let heads = conn.heads.clone();
+    let first_request_timeout = settings.header_read_timeout();
+    let versions = settings.http;
+    let finish_when = FinishWhen {
+        stopping,
+        conn: conn.clone(),
+        idle_timeout: first_request_timeout,
+    };
+    let service = service_fn(move |request| handle(request, conn.clone(), server.clone()));
+    type BoxError = Box<dyn std::error::Error + Send + Sync>;
+    type Serving<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>>;
+    let serving: Serving<'_> = if versions.h1 {
+        let connection = setup.builder.serve_connection_with_upgrades(io, service);
+        Box::pin(finish_when.drive(connection, |c| c.graceful_shutdown()))
+    } else {
+        // WebSockets are HTTP/1.1 upgrades: none to allow on HTTP/2 alone.
+        let connection = setup.builder.serve_connection(io, service);
+        Box::pin(finish_when.drive(connection, |c| c.graceful_shutdown()))
+    };
+    tokio::pin!(serving);
+    // hyper times out slow heads only once it knows the protocol, which takes the client's
+    // first 24 bytes: a client that sends fewer and goes silent is closed here instead.
+    tokio::select! {
+        _ = &mut serving => return,
+        _ = tokio::time::sleep(first_request_timeout) => {
+            if !heads.first_request_seen() {
+                return;
+            }
+        }
+    }
+    let _ = serving.await;
+}
+
+/// When a connection is asked to finish (hyper's `graceful_shutdown`: requests in progress are
+/// answered, then HTTP/1.1 closes and HTTP/2 says GOAWAY): when the server stops, or when an
+/// HTTP/2 connection has had no stream in progress for the keep-alive timeout, as an HTTP/1.1
+/// connection is closed between requests.
+struct FinishWhen {
+    /// Held until the connection ends: the server's drain waits for every receiver to go.
+    stopping: watch::Receiver<bool>,
+    conn: Arc<Connection>,
+    idle_timeout: Duration,
+}
+
+impl FinishWhen {
+    async fn drive<C: Future>(
+        mut self,
+        connection: C,
+        graceful_shutdown: impl FnOnce(Pin<&mut C>),
+    ) -> C::Output {
+        tokio::pin!(connection);
+        let idle = async {
+            // Pending until the client's preface has said HTTP/2 (HTTP/1.1 has hyper's own
+            // timeout between requests). No wake-up of its own is needed: the preface is read
+            // while the connection is polled, in this task, just before this is polled again;
+            // and an atomic load is all an HTTP/1.1 connection pays for it.
+            std::future::poll_fn(|_| {
+                if self.conn.heads.http2() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+            self.conn.streams.idle_for(self.idle_timeout).await;
+        };
+        tokio::select! {
+            biased;
+            output = &mut connection => return output,
+            // An error is the server gone without draining: finish all the same.
+            _ = self.stopping.wait_for(|stop| *stop) => {}
+            () = idle => {}
+        }
+        graceful_shutdown(connection.as_mut());
+        connection.await
+    }
+}

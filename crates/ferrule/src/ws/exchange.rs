@@ -1,0 +1,173 @@
+//! `WsExchange`: what one WebSocket's callables and its socket task share, and where the
+//! session stands.
+
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{HeaderMap, Response, StatusCode};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::asgi::responses::plain_response;
+use crate::asgi::server::Server;
+
+/// Messages from the app waiting for the socket; past this `send()` suspends.
+pub const OUTBOUND_CAPACITY: usize = 256;
+
+/// What the socket task hands the app.
+pub enum Inbound {
+    Text(String),
+    Binary(Bytes),
+    Disconnect(u16, String),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Phase {
+    /// Before `websocket.accept`: the app may accept, close (403) or deny with a response.
+    Connecting,
+    /// Sending its own HTTP response instead (the denial-response extension).
+    Denying,
+    Accepted,
+    /// The app sent `websocket.close` (or its response): nothing more to send.
+    Closed,
+}
+
+pub(super) struct State {
+    pub(super) phase: Phase,
+    pub(super) connect_delivered: bool,
+    /// The upgrade's HTTP answer (101, 403, 500 or the app's own), until sent.
+    head_tx: Option<oneshot::Sender<Response<Bytes>>>,
+    pub(super) accept_key: String,
+    pub(super) denial: Option<(StatusCode, HeaderMap, Vec<u8>)>,
+    pub(super) outbound: Option<mpsc::Sender<Message>>,
+    /// How the socket ended (code, reason), once it has: what `receive()` reports after the
+    /// messages still queued.
+    pub(super) socket_ended: Option<(u16, String)>,
+    /// The `websocket.disconnect` given to the app, repeated to every later `receive()`.
+    pub(super) disconnected: Option<(u16, String)>,
+}
+
+/// What one WebSocket's callables and its socket task share.
+pub struct WsExchange {
+    pub server: Arc<Server>,
+    pub(super) state: Mutex<State>,
+    pub(super) inbound: Arc<tokio::sync::Mutex<mpsc::Receiver<Inbound>>>,
+}
+
+/// The socket task's half of both channels.
+pub struct SocketEnds {
+    pub(super) inbound_tx: mpsc::Sender<Inbound>,
+    pub(super) outbound_rx: mpsc::Receiver<Message>,
+}
+
+/// The upgrade's HTTP answer (101, 403, 500 or the app's own), once the app has decided.
+pub type Answer = oneshot::Receiver<Response<Bytes>>;
+
+impl WsExchange {
+    pub fn new(server: Arc<Server>, accept_key: String) -> (Arc<Self>, Answer, SocketEnds) {
+        let (head_tx, head_rx) = oneshot::channel();
+        // Messages from the client waiting for the app's `receive()` (`--ws-max-queue`); past
+        // this the socket is not read.
+        let (inbound_tx, inbound_rx) = mpsc::channel(server.settings.ws_max_queue);
+        let (outbound_tx, outbound_rx) = mpsc::channel(OUTBOUND_CAPACITY);
+        let exchange = Arc::new(Self {
+            server,
+            state: Mutex::new(State {
+                phase: Phase::Connecting,
+                connect_delivered: false,
+                head_tx: Some(head_tx),
+                accept_key,
+                denial: None,
+                outbound: Some(outbound_tx),
+                socket_ended: None,
+                disconnected: None,
+            }),
+            inbound: Arc::new(tokio::sync::Mutex::new(inbound_rx)),
+        });
+        let ends = SocketEnds {
+            inbound_tx,
+            outbound_rx,
+        };
+        (exchange, head_rx, ends)
+    }
+
+    pub(super) fn answer(state: &mut State, response: Response<Bytes>) {
+        if let Some(head_tx) = state.head_tx.take() {
+            let _ = head_tx.send(response);
+        }
+    }
+
+    /// The app's coroutine ended: make sure the client has an answer (403 if it neither
+    /// accepted nor answered, 500 if it failed first) or a close (1000, or 1011 if it failed).
+    pub fn finish_app(&self, failed: bool) {
+        let mut state = self.state.lock().unwrap();
+        let phase = state.phase;
+        state.phase = Phase::Closed;
+        match phase {
+            Phase::Connecting | Phase::Denying => {
+                let status = if failed {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                } else {
+                    StatusCode::FORBIDDEN
+                };
+                Self::answer(&mut state, plain_response(status, &self.server.settings));
+            }
+            Phase::Accepted => {
+                let code = if failed { 1011 } else { 1000 };
+                if let Some(outbound) = state.outbound.take() {
+                    let _ = outbound.try_send(close_message(code, ""));
+                }
+            }
+            Phase::Closed => {}
+        }
+    }
+
+    /// The socket task ended with the client gone or the close handshake done: `send()` now
+    /// raises, and `receive()` reports this once the queued messages are read.
+    pub fn mark_closed(&self, code: u16, reason: String) {
+        let mut state = self.state.lock().unwrap();
+        state.outbound = None;
+        state.socket_ended.get_or_insert((code, reason));
+    }
+
+    pub(super) fn ended(&self) -> Inbound {
+        let state = self.state.lock().unwrap();
+        let (code, reason) = state.socket_ended.clone().unwrap_or((1006, String::new()));
+        Inbound::Disconnect(code, reason)
+    }
+}
+
+/// An app's `websocket.close` must make a valid close frame (as websockets, under uvicorn,
+/// refuses otherwise): a code an endpoint may send (RFC 6455 7.4: 1005, 1006 and 1015 only
+/// report what happened, and under 1000 or from 5000 are no codes at all), and a reason that
+/// keeps the frame within the 125 bytes of a control frame (5.5).
+pub(super) fn check_close(code: u16, reason: &str) -> PyResult<()> {
+    let sendable = matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999);
+    if !sendable {
+        return Err(PyValueError::new_err(format!(
+            "websocket.close: {code} is not a close code an endpoint may send"
+        )));
+    }
+    if reason.len() > MAX_CLOSE_REASON {
+        return Err(PyValueError::new_err(format!(
+            "websocket.close: the reason is {} bytes in UTF-8, at most {MAX_CLOSE_REASON} fit in \
+             a close frame",
+            reason.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A control frame's payload is at most 125 bytes; a close frame's first two are the code.
+const MAX_CLOSE_REASON: usize = 123;
+
+pub(super) fn close_message(code: u16, reason: &str) -> Message {
+    Message::Close(Some(CloseFrame {
+        code: CloseCode::from(code),
+        reason: reason.to_owned().into(),
+    }))
+}

@@ -1,0 +1,173 @@
+//! `run_socket`, the tokio task that owns a WebSocket's connection after the upgrade: frames
+//! from the client go to the app through a bounded channel (a slow app stops the reading), the
+//! app's messages go out through another (a slow client suspends `send()` on a native future),
+//! as for HTTP bodies; pings and the close handshake.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError};
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+use super::exchange::{close_message, Inbound, SocketEnds, WsExchange};
+
+/// How long the server waits for the client's half of a close handshake it started.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Sleeps until `at`, or forever if there is no `at`.
+async fn sleep_until_if(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The close code for a failure reading from the client.
+fn error_close_code(err: &WsError) -> Option<u16> {
+    match err {
+        WsError::Capacity(_) => Some(1009),
+        WsError::Utf8(_) => Some(1007),
+        WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => None,
+        WsError::Protocol(_) => Some(1002),
+        _ => None,
+    }
+}
+
+/// Owns the upgraded connection until the WebSocket is over.
+pub async fn run_socket(upgraded: Upgraded, exchange: Arc<WsExchange>, ends: SocketEnds) {
+    let settings = &exchange.server.settings;
+    let max_size = settings.ws_max_size;
+    let SocketEnds {
+        inbound_tx,
+        mut outbound_rx,
+    } = ends;
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(max_size))
+        .max_frame_size(Some(max_size));
+    let socket =
+        WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
+    let (mut sink, mut stream) = socket.split();
+    let mut stopping = exchange.server.state.stopping();
+    // The close code the app hears, once known.
+    let mut ended: Option<(u16, String)> = None;
+    let mut close_deadline: Option<tokio::time::Instant> = None;
+    let mut app_done = false;
+    let ping_timeout = settings.ws_ping_timeout;
+    let mut pings = settings.ws_ping_interval.map(|every| {
+        let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        pings
+    });
+    // When the oldest unanswered ping times out (any pong answers it, as RFC 6455 allows).
+    let mut pong_due: Option<tokio::time::Instant> = None;
+    loop {
+        let deadline = sleep_until_if(close_deadline);
+        let pong_overdue = sleep_until_if(pong_due);
+        let next_ping = async {
+            match pings.as_mut() {
+                Some(pings) => pings.tick().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            // Read only while the app has room for another message.
+            read = async {
+                let permit = inbound_tx.reserve().await;
+                (permit, stream.next().await)
+            } => {
+                let (permit, read) = read;
+                match read {
+                    Some(Ok(Message::Text(text))) => {
+                        if let Ok(permit) = permit {
+                            permit.send(Inbound::Text(text.as_str().to_owned()));
+                        }
+                    }
+                    Some(Ok(Message::Binary(data))) => {
+                        if let Ok(permit) = permit {
+                            permit.send(Inbound::Binary(data));
+                        }
+                    }
+                    // Pings are answered by tungstenite as they are read.
+                    Some(Ok(Message::Ping(_) | Message::Frame(_))) => {}
+                    Some(Ok(Message::Pong(_))) => pong_due = None,
+                    Some(Ok(Message::Close(frame))) => {
+                        // tungstenite answers the close; the app hears the client's code.
+                        let (code, reason) = frame
+                            .map(|f| (u16::from(f.code), f.reason.as_str().to_owned()))
+                            .unwrap_or((1005, String::new()));
+                        ended.get_or_insert((code, reason));
+                        // Flush tungstenite's reply to the close.
+                        let _ = sink.flush().await;
+                        break;
+                    }
+                    Some(Err(err)) => {
+                        if let Some(code) = error_close_code(&err) {
+                            let _ = sink.send(close_message(code, "")).await;
+                            ended.get_or_insert((code, String::new()));
+                        }
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            out = outbound_rx.recv(), if !app_done => {
+                match out {
+                    Some(message) => {
+                        let closing = matches!(message, Message::Close(_));
+                        if let Message::Close(Some(frame)) = &message {
+                            ended = Some((u16::from(frame.code), frame.reason.as_str().to_owned()));
+                        }
+                        if sink.send(message).await.is_err() {
+                            break;
+                        }
+                        if closing {
+                            app_done = true;
+                            close_deadline = Some(tokio::time::Instant::now() + CLOSE_TIMEOUT);
+                        }
+                    }
+                    None => {
+                        // Every sender is gone without a close (finish_app sends one normally).
+                        app_done = true;
+                        if ended.is_none() {
+                            let _ = sink.send(close_message(1000, "")).await;
+                            ended = Some((1000, String::new()));
+                        }
+                        close_deadline = Some(tokio::time::Instant::now() + CLOSE_TIMEOUT);
+                    }
+                }
+            }
+            _ = deadline => break,
+            _ = next_ping, if close_deadline.is_none() => {
+                if sink.send(Message::Ping(Bytes::new())).await.is_err() {
+                    break;
+                }
+                if let (None, Some(timeout)) = (pong_due, ping_timeout) {
+                    pong_due = Some(tokio::time::Instant::now() + timeout);
+                }
+            }
+            _ = pong_overdue, if close_deadline.is_none() => {
+                // The peer is gone or stuck: 1011, as the websockets library (uvicorn) sends.
+                ended.get_or_insert((1011, String::new()));
+                let closing = sink.send(close_message(1011, "keepalive ping timeout"));
+                let _ = tokio::time::timeout(CLOSE_TIMEOUT, closing).await;
+                break;
+            }
+            // The server is shutting down: 1012 (service restart), as uvicorn sends.
+            _ = async { stopping.wait_for(Option::is_some).await.is_ok() }, if close_deadline.is_none() => {
+                ended.get_or_insert((1012, String::new()));
+                let _ = sink.send(close_message(1012, "server shutting down")).await;
+                close_deadline = Some(tokio::time::Instant::now() + CLOSE_TIMEOUT);
+            }
+        }
+    }
+    let (code, reason) = ended.unwrap_or((1006, String::new()));
+    exchange.mark_closed(code, reason);
+    drop(inbound_tx); // receive() reports the end once the queued messages are read
+    let _ = sink.close().await;
+}
