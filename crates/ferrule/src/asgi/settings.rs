@@ -89,10 +89,16 @@ impl Settings {
         })
     }
 
-    /// The headers every response gets: `server` unless the app set one or it is off, then
-    /// the `--header` ones, added after the app's (as uvicorn does, a name may then repeat).
+    /// The headers every response gets: `server: ferrule` unless it is off, the app set one,
+    /// or `--header` gives one (which replaces it, as uvicorn's does); then the `--header`
+    /// ones, added after the app's (as uvicorn does, a name may then repeat).
     pub fn add_default_headers(&self, headers: &mut HeaderMap) {
-        if self.server_header {
+        if self.server_header
+            && !self
+                .headers
+                .iter()
+                .any(|(name, _)| name == http::header::SERVER)
+        {
             headers
                 .entry(http::header::SERVER)
                 .or_insert_with(|| SERVER.clone());

@@ -36,6 +36,12 @@ pub fn iter_send<'py>(coro: &Bound<'py, PyAny>, value: &Bound<'py, PyAny>) -> Py
     }
 }
 
+/// Whether `obj` is a native coroutine or generator: what the driver sends into as it is.
+pub fn is_native_coroutine(obj: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: the GIL is held (we have a `Bound`); both checks only read `obj`'s type.
+    unsafe { ffi::PyCoro_CheckExact(obj.as_ptr()) != 0 || ffi::PyGen_Check(obj.as_ptr()) != 0 }
+}
+
 /// How many strong references `obj` has (PyO3 deprecated its safe wrapper: a count is a
 /// snapshot, meaningful only when nothing else can take a reference meanwhile, as with the GIL
 /// held and the object reachable from nowhere else, which is how the task pool uses it).

@@ -73,10 +73,15 @@ impl Job {
             Some(context) => context,
             None => ffi::copy_current_context(py)?,
         };
-        let coro = if awaitable.hasattr(intern!(py, "send"))? {
+        // Any awaitable, as ASGI asks: an object whose `__await__` gives the iterator to drive
+        // (a class-based app's instance, which may well have a `send` attribute of its own),
+        // else one that is driven as it is (a coroutine-like object with `send`).
+        let coro = if ffi::is_native_coroutine(awaitable) {
             awaitable.clone()
-        } else {
+        } else if awaitable.hasattr(intern!(py, "__await__"))? {
             awaitable.call_method0(intern!(py, "__await__"))?
+        } else {
+            awaitable.clone()
         };
         Ok(Self {
             id: shared.next_job_id(),

@@ -79,7 +79,6 @@ pub(super) async fn accept_loop(
         });
     }
     drop(listener);
-    let timeout = stop.borrow().flatten();
     let mut ws_sessions = server.state.ws_sessions.subscribe();
     let drain = async {
         stopping.send_replace(true);
@@ -87,16 +86,40 @@ pub(super) async fn accept_loop(
         // Each session has been sent 1012; its app returns once it hears the disconnect.
         let _ = ws_sessions.wait_for(|open| *open == 0).await;
     };
-    let drained = match timeout {
-        Some(timeout) => tokio::time::timeout(timeout, drain).await.is_ok(),
-        None => {
-            drain.await;
-            true
-        }
-    };
-    if !drained {
+    if !drain_within(drain, &mut stop).await {
         Python::attach(|py| server.bridge.cancel_all(py));
         let _ = abort_tx.send(true);
+    }
+}
+
+/// Runs `drain` until it ends (true) or the graceful timeout passes (false). A later, shorter
+/// timeout (a second Ctrl-C: `shutdown(0)`) cuts the wait short; a longer one never extends it.
+async fn drain_within(drain: impl Future<Output = ()>, stop: &mut watch::Receiver<Stop>) -> bool {
+    let started = tokio::time::Instant::now();
+    let deadline_of = |stop: &Stop| stop.flatten().map(|timeout| started + timeout);
+    let mut deadline = deadline_of(&stop.borrow_and_update());
+    let mut watching = true;
+    tokio::pin!(drain);
+    loop {
+        let expired = async {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = &mut drain => return true,
+            () = expired => return false,
+            changed = stop.changed(), if watching => {
+                if changed.is_err() {
+                    watching = false; // the server is gone: no shorter timeout can come
+                    continue;
+                }
+                if let Some(new) = deadline_of(&stop.borrow_and_update()) {
+                    deadline = Some(deadline.map_or(new, |old| old.min(new)));
+                }
+            }
+        }
     }
 }
 
