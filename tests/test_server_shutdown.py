@@ -175,7 +175,6 @@ def test_shutdown_under_load(tmp_path: Path) -> None:
     assert read_events(events)[-1] == "shutdown", read_events(events)[-5:]
 
 
-@pytest.mark.xfail(strict=True, reason="the server core keeps the first drain timeout it is given")
 @pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_second_signal_forces_the_exit(tmp_path: Path, second: int) -> None:
     """Rule: with a request that would run for a minute and no graceful timeout, the first

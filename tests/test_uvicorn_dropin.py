@@ -214,3 +214,29 @@ def test_log_level_trace_logs_asgi_messages() -> None:
     with running_server("hello_app:app", "--log-level", "info") as srv:
         srv.get("/")
     assert "ASGI [" not in srv.stderr, srv.describe()
+
+
+def test_class_based_asgi3_app_is_served_over_http_and_websocket() -> None:
+    """Rule: an app class whose instances are awaitable (``App(scope, receive, send)`` then
+    ``await``) is served as ASGI3, over HTTP and WebSocket, though its instances have a
+    ``send`` attribute. Broken: 500 on every request, "TypeError: 'NoneType' object is not
+    subscriptable" (the bridge sent into the instance as if it were a coroutine; seen)."""
+    from websockets.sync.client import connect
+
+    with running_server("dropin_apps:ClassApp") as srv:
+        response = srv.get("/")
+        assert (response.status_code, response.text) == (200, "served by an awaitable instance")
+        with connect(f"ws://127.0.0.1:{srv.port}/ws", open_timeout=5) as ws:
+            ws.send("hi")
+            assert ws.recv(timeout=5) == "echo hi"
+    assert "Traceback" not in srv.stderr, srv.describe()
+
+
+def test_server_header_given_with_header_replaces_the_default() -> None:
+    """Rule: ``--header Server:NAME`` replaces ``server: ferrule``, as uvicorn's replaces its
+    own, and given twice both values are sent. Broken: "ferrule, over-ridden" (seen)."""
+    with running_server("hello_app:app", "--header", "Server:over-ridden") as srv:
+        assert srv.get("/").headers["server"] == "over-ridden"
+    twice = ("--header", "Server:over-ridden", "--header", "Server:another-value")
+    with running_server("hello_app:app", *twice) as srv:
+        assert srv.get("/").headers["server"] == "over-ridden, another-value"

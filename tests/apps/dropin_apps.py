@@ -23,6 +23,29 @@ async def logs_to_uvicorn(scope: dict[str, Any], receive: Any, send: Any) -> Non
     await _text(send, b"logged")
 
 
+class ClassApp:
+    """A class-based ASGI3 app as uvicorn's tests write it: instantiated with ``(scope,
+    receive, send)``, each instance awaitable, and with a ``send`` attribute of its own."""
+
+    def __init__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+
+    def __await__(self) -> Any:
+        return self.asgi().__await__()
+
+    async def asgi(self) -> None:
+        if self.scope["type"] == "http":
+            await _text(self.send, b"served by an awaitable instance")
+        elif self.scope["type"] == "websocket":
+            await self.receive()  # websocket.connect
+            await self.send({"type": "websocket.accept"})
+            message = await self.receive()
+            await self.send({"type": "websocket.send", "text": "echo " + message["text"]})
+            await self.send({"type": "websocket.close"})
+
+
 def create_app() -> Any:
     """A factory: called with no arguments, it makes the app."""
 
