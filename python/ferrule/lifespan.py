@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -52,6 +53,13 @@ class Lifespan:
         else:
             logger.info("Application shutdown complete.")
 
+    async def cancel(self) -> None:
+        """Stops the lifespan task without a shutdown message (a forced exit)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
     async def _run(self) -> None:
         scope = {
             "type": "lifespan",
@@ -60,6 +68,8 @@ class Lifespan:
         }
         try:
             await self.app(scope, self._receive, self._send)
+        except asyncio.CancelledError:
+            raise  # a forced exit (``cancel``): no failure of the app
         except BaseException as exc:
             self._error = exc
             if self._startup_failed is None and self._shutdown_failed is None:

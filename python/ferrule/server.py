@@ -321,8 +321,11 @@ class Server:
         await self._stopped
         await _apps_finished(self._bridge, 0.0 if self.force_exit else timeout)
         self.started = False
-        if self.lifespan is not None and not self.force_exit:
-            await self.lifespan.shutdown()
+        if self.lifespan is not None:
+            if self.force_exit:
+                await self.lifespan.cancel()
+            else:
+                await self.lifespan.shutdown()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:

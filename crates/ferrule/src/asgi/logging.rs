@@ -17,6 +17,14 @@ pub fn log_app_exception(py: Python<'_>, handles: &PyHandles, error: PyErr) {
         );
         return;
     }
+    if error.is_instance_of::<pyo3::exceptions::asyncio::CancelledError>(py) {
+        // The server cancelled it (a shutdown past its timeout, or forced), and said so once.
+        let _ = handles
+            .error_logger
+            .bind(py)
+            .call_method1(intern!(py, "info"), ("ASGI application cancelled",));
+        return;
+    }
     let kwargs = PyDict::new(py);
     // into_value attaches the traceback to the exception, which logging then prints.
     let logged = kwargs

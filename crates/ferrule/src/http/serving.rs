@@ -87,7 +87,19 @@ pub(super) async fn accept_loop(
         let _ = ws_sessions.wait_for(|open| *open == 0).await;
     };
     if !drain_within(drain, &mut stop).await {
-        Python::attach(|py| server.bridge.cancel_all(py));
+        Python::attach(|py| {
+            let running = server.state.in_flight();
+            if running > 0 {
+                let line =
+                    format!("Cancel {running} running task(s), timeout graceful shutdown exceeded");
+                let _ = server
+                    .py
+                    .error_logger
+                    .bind(py)
+                    .call_method1(pyo3::intern!(py, "error"), (line,));
+            }
+            server.bridge.cancel_all(py);
+        });
         let _ = abort_tx.send(true);
     }
 }
