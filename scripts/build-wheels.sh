@@ -2,10 +2,12 @@
 # Build ferrule's release artefacts and prove each one: manylinux_2_17 x86_64 wheels for CPython
 # 3.11, 3.12, 3.13 and 3.14, and an sdist, into dist/.
 #
-# The wheels: one `maturin build --release --strip --zig --compatibility manylinux2014` for all
-# interpreters, with maturin and zig (the `ziglang` package) in a venv of their own. zig links
-# against glibc 2.17's symbol versions, so no container image is needed; and since a zig build is
-# a cross build to maturin, an interpreter it cannot run comes from its bundled sysconfig.
+# The wheels: `maturin build --release --strip --zig --compatibility manylinux2014`, with maturin
+# and zig (the `ziglang` package) in a venv of their own. zig links against glibc 2.17's symbol
+# versions, so no container image is needed; and since a zig build is a cross build to maturin,
+# an interpreter it cannot run comes from its bundled sysconfig. Each interpreter needs its own
+# compile of ferrule and its fat-LTO link, both on one thread, so two maturin runs (each with
+# its own cargo target dir, and half of the interpreters) share the work by default.
 # The proof, for each wheel: `auditwheel show` finds it consistent with manylinux_2_17_x86_64
 # (no glibc symbol newer than 2.17, no library outside the manylinux set); `twine check --strict`
 # passes and every classifier is a valid one; and scripts/check_wheel.py installs it alone into a
@@ -43,12 +45,12 @@ interpreter that serves the example app. Exits non-zero if any build or check fa
 Options:
   --python X.Y        build and check only this interpreter's wheel (repeatable)
   --out DIR           where the artefacts go          (env FERRULE_DIST, default dist)
-  --target-dir DIR    cargo target dir for the wheels (env FERRULE_WHEELS_TARGET,
-                      default target/manylinux)
+  --jobs N            maturin runs at once, each building some of the wheels (default 2)
+  --target-dir DIR    where the cargo target dirs go: DIR/wheels-1 .. DIR/wheels-N and
+                      DIR/sdist (env FERRULE_WHEELS_TARGET, default target/manylinux)
   --sdist-target-dir DIR
-                      cargo target dir for the build from the sdist (env FERRULE_SDIST_TARGET,
-                      default the wheels' one + /sdist); target/, where \`pip install .\` builds,
-                      has the same dependencies compiled
+                      cargo target dir for the build from the sdist (env FERRULE_SDIST_TARGET);
+                      target/, where \`pip install .\` builds, has the same dependencies compiled
   --no-chroot         do not check the ${CHROOT_PYTHONS[*]} wheels in the sid chroot (which needs
                       root); a host interpreter checks them if there is one
   --no-sdist-check    build the sdist but do not build and serve it from source
@@ -67,6 +69,7 @@ PYTHONS=()
 USE_CHROOT=1
 SDIST_CHECK=1
 BUILD=1
+JOBS=2
 while (($#)); do
     case "$1" in
         --python) (($# >= 2)) || die "--python needs a version"; PYTHONS+=("${2#python}"); shift 2 ;;
@@ -77,11 +80,14 @@ while (($#)); do
         --no-chroot) USE_CHROOT=0; shift ;;
         --no-sdist-check) SDIST_CHECK=0; shift ;;
         --check-only) BUILD=0; shift ;;
+        --jobs) (($# >= 2)) || die "--jobs needs a number"; JOBS="$2"; shift 2 ;;
         -h | --help) usage; exit 0 ;;
         *) usage >&2; die "unknown argument: $1" ;;
     esac
 done
 ((${#PYTHONS[@]})) || PYTHONS=("${ALL_PYTHONS[@]}")
+[[ $JOBS =~ ^[1-9][0-9]*$ ]] || die "--jobs takes a positive number, not $JOBS"
+((JOBS <= ${#PYTHONS[@]})) || JOBS=${#PYTHONS[@]}
 for v in "${PYTHONS[@]}"; do
     [[ " ${ALL_PYTHONS[*]} " == *" $v "* ]] || die "unsupported --python $v (choose from ${ALL_PYTHONS[*]})"
 done
@@ -134,12 +140,26 @@ if ((BUILD)); then
     # Stale artefacts of an earlier run (another version, say) would be checked and reported too.
     rm -f "$OUT"/ferrule-*.whl "$OUT"/ferrule-*.tar.gz
     rm -rf "$UNTESTED"
-    interpreters=()
-    for v in "${PYTHONS[@]}"; do interpreters+=(-i "python$v"); done
-    note "building wheels for ${PYTHONS[*]} (cargo target dir: $TARGET)"
-    timed "maturin build (${#PYTHONS[@]} wheels)" \
-        env CARGO_TARGET_DIR="$TARGET" maturin build --release --strip --zig \
-        --compatibility manylinux2014 "${interpreters[@]}" --out "$OUT"
+    build_wheels() { # build_wheels JOB X.Y...: one maturin run, its output lines tagged
+        local job="$1" v args=()
+        shift
+        for v; do args+=(-i "python$v"); done
+        CARGO_TARGET_DIR="$TARGET/wheels-$job" maturin build --release --strip --zig \
+            --compatibility manylinux2014 "${args[@]}" --out "$OUT" 2>&1 | sed -u "s/^/[$*] /"
+    }
+    build_all() { # JOBS maturin runs at once, the interpreters dealt out among them
+        local job i pids=() status=0 group
+        for ((job = 1; job <= JOBS; job++)); do
+            group=()
+            for ((i = job - 1; i < ${#PYTHONS[@]}; i += JOBS)); do group+=("${PYTHONS[i]}"); done
+            note "maturin run $job: ${group[*]} (cargo target dir: $TARGET/wheels-$job)"
+            build_wheels "$job" "${group[@]}" &
+            pids+=($!)
+        done
+        for i in "${pids[@]}"; do wait "$i" || status=1; done
+        return "$status"
+    }
+    timed "maturin build (${#PYTHONS[@]} wheels, $JOBS at once)" build_all
     timed "maturin sdist" maturin sdist --out "$OUT"
 fi
 
