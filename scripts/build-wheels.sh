@@ -164,10 +164,14 @@ if ((BUILD)); then
 fi
 
 shopt -s nullglob
-WHEELS=("$OUT"/ferrule-*.whl)
+WHEELS=()
+for v in "${PYTHONS[@]}"; do
+    found=("$OUT"/ferrule-*-"cp${v/./}-cp${v/./}"-*.whl)
+    ((${#found[@]} == 1)) || die "expected one cp${v/./} wheel in $OUT, found ${#found[@]}"
+    WHEELS+=("${found[0]}")
+done
 SDISTS=("$OUT"/ferrule-*.tar.gz)
 shopt -u nullglob
-((${#WHEELS[@]} == ${#PYTHONS[@]})) || die "expected ${#PYTHONS[@]} wheels in $OUT, found ${#WHEELS[@]}"
 ((${#SDISTS[@]} == 1)) || die "expected one sdist in $OUT, found ${#SDISTS[@]}"
 SDIST="${SDISTS[0]}"
 
