@@ -15,6 +15,10 @@ dev: ## Build the extension (dev profile) and install it into the current Python
 install: ## Build a release wheel and install ferrule with its test dependencies
 	$(PYTHON) -m pip install '.[test]'
 
+.PHONY: wheels
+wheels: ## Build and check the release artefacts in dist/: manylinux wheels, sdist
+	bash scripts/build-wheels.sh
+
 .PHONY: test
 test: ## Run the Python test suite against the installed ferrule
 	$(PYTHON) -m pytest tests

@@ -2,9 +2,10 @@
 # Run ferrule's whole test suite under CPython 3.13 and 3.14 in a Debian sid chroot.
 #
 # For each interpreter: a fresh venv in the chroot; `maturin build --release` of a copy of the
-# checkout; scripts/check_wheel.py installs that wheel alone into another fresh venv and serves
-# the example app from it; then the wheel with its test extras goes into the venv and
-# `python -m pytest tests -q` runs (the suite runs every scenario on asyncio and on uvloop).
+# checkout, or with --wheels DIR the manylinux wheel scripts/build-wheels.sh left in DIR for it;
+# scripts/check_wheel.py installs that wheel alone into another fresh venv and serves the example
+# app from it; then the wheel with its test extras goes into the venv and `python -m pytest tests
+# -q` runs (the suite runs every scenario on asyncio and on uvloop).
 #
 # The chroot lives outside the checkout and is reused between runs; the cargo registry, the pip
 # cache and one cargo target dir per interpreter persist inside it. Needs root (debootstrap,
@@ -21,6 +22,7 @@ PACKAGES=(
     python3.13-dev python3.13-venv
     python3.14-dev python3.14-venv
     gcc libc6-dev rustc cargo ca-certificates
+    procps # pgrep: tests find a server's worker processes with it
 )
 
 usage() {
@@ -37,6 +39,9 @@ Options:
   --chroot DIR     chroot directory        (env FERRULE_SID_CHROOT, default /var/cache/ferrule-sid)
   --log-dir DIR    where the logs go       (env FERRULE_INTERP_LOGS, default /tmp/ferrule-interp-logs)
   --committed      test the committed tree (git archive HEAD) instead of the working tree
+  --wheels DIR     install the wheel for each interpreter from DIR (ferrule-*-cpXY-cpXY-*.whl, as
+                   scripts/build-wheels.sh leaves them) instead of building one in the chroot
+  --no-tests       stop after checking each interpreter's wheel (scripts/check_wheel.py)
   --verbose        also stream setup/build output (always in the logs)
   --shell          set up the chroot, copy the source, then open a shell in it (no tests)
   -h, --help       show this help
@@ -67,6 +72,8 @@ REBUILD=0
 VERBOSE=0
 SHELL_ONLY=0
 COMMITTED=0
+WHEEL_DIR=""
+NO_TESTS=0
 
 while (($#)); do
     case "$1" in
@@ -76,6 +83,8 @@ while (($#)); do
         --chroot) (($# >= 2)) || die "--chroot needs a directory"; CHROOT="$2"; shift 2 ;;
         --log-dir) (($# >= 2)) || die "--log-dir needs a directory"; LOG_DIR="$2"; shift 2 ;;
         --committed) COMMITTED=1; shift ;;
+        --wheels) (($# >= 2)) || die "--wheels needs a directory"; WHEEL_DIR="$2"; shift 2 ;;
+        --no-tests) NO_TESTS=1; shift ;;
         --verbose) VERBOSE=1; shift ;;
         --shell) SHELL_ONLY=1; shift ;;
         -h | --help) usage; exit 0 ;;
@@ -98,6 +107,10 @@ case "$CHROOT/" in "$REPO"/*) die "the chroot must live outside the checkout ($R
 [[ -r $HOST_CA ]] || die "no CA bundle at $HOST_CA (set FERRULE_HOST_CA)"
 mkdir -p "$LOG_DIR"
 LOG_DIR="$(cd "$LOG_DIR" && pwd)"
+if [[ -n $WHEEL_DIR ]]; then
+    [[ -d $WHEEL_DIR ]] || die "no wheel directory $WHEEL_DIR"
+    WHEEL_DIR="$(cd "$WHEEL_DIR" && pwd)"
+fi
 
 # Paths inside the chroot.
 C_CA=/etc/ssl/ferrule-host-ca.crt   # the host's bundle (trusts whatever the host trusts)
@@ -289,7 +302,7 @@ mount_chroot
 
 if [[ ! -f $READY_MARKER ]] || [[ "$(head -n 1 "$READY_MARKER")" != "$SETUP_ID" ]]; then
     rm -f "$READY_MARKER"
-    run_phase "apt: install interpreters, gcc, rustc, cargo" "$SETUP_LOG" \
+    run_phase "apt: install interpreters, gcc, rustc, cargo, procps" "$SETUP_LOG" \
         in_chroot "apt-get update && apt-get install -y ${PACKAGES[*]} && apt-get clean" || exit 1
     {
         echo "$SETUP_ID"
@@ -351,22 +364,52 @@ for v in "${PYTHONS[@]}"; do
     : >"$test_log"
     rm -f "$LOG_DIR/junit-py$v.xml"
 
-    # A fresh venv every run. `maturin build --release` makes the wheel into a target dir kept
-    # per interpreter (so dependencies compile only once); check_wheel.py installs that wheel
-    # alone into another fresh venv and serves the example app from it; then the wheel goes into
-    # the test venv with its test extras.
+    # A fresh venv every run. The wheel: the one build-wheels.sh made (--wheels), or `maturin
+    # build --release` into a target dir kept per interpreter (so dependencies compile only once).
+    # check_wheel.py installs that wheel alone into another fresh venv and serves the example app
+    # from it; then the wheel goes into the test venv with its test extras.
     wheels="/build/wheels-py$v"
-    if ! run_phase "py$v: venv + maturin build + check wheel + install" "$build_log" in_chroot "
-        rm -rf $venv $wheels
-        python$v -m venv $venv
+    rm -rf "${CHROOT:?}$wheels"
+    if [[ -n $WHEEL_DIR ]]; then
+        tag="cp${v/./}"
+        found=()
+        for w in "$WHEEL_DIR"/ferrule-*-"$tag-$tag"-*.whl; do [[ -f $w ]] && found+=("$w"); done
+        if ((${#found[@]} != 1)); then
+            echo "test-interpreters: ${#found[@]} $tag wheels in $WHEEL_DIR, expected one" | tee -a "$build_log"
+            RESULT[$v]="FAILED (no wheel)"
+            SUMMARY[$v]="no tests run; see $build_log"
+            FAILED=1
+            continue
+        fi
+        mkdir -p "$CHROOT$wheels"
+        cp "${found[0]}" "$CHROOT$wheels/"
+        step="py$v: venv + check ${found[0]##*/}"
+        make_wheel="python$v -m venv $venv"
+        check_args="--stripped"
+    else
+        step="py$v: venv + maturin build + check wheel"
+        check_args=""
+        make_wheel="python$v -m venv $venv
         $venv/bin/python -m pip install 'maturin>=1.8,<2'
         cd $C_SRC
         CARGO_TARGET_DIR=$C_CACHE/target-py$v $venv/bin/maturin build --release \\
-            --interpreter $venv/bin/python --out $wheels
-        wheel=\$(ls $wheels/ferrule-*.whl)
-        python$v scripts/check_wheel.py \$wheel
+            --interpreter $venv/bin/python --out $wheels"
+    fi
+    install_test_deps="
         $venv/bin/python -m pip install \"\$wheel[test]\"
-        $venv/bin/python -c 'import sys, ferrule, uvloop; print(sys.version); print(\"ferrule\", ferrule.__file__); print(\"uvloop\", uvloop.__version__)'
+        $venv/bin/python -c 'import sys, ferrule, uvloop; print(sys.version); print(\"ferrule\", ferrule.__file__); print(\"uvloop\", uvloop.__version__)'"
+    if ((NO_TESTS)); then
+        install_test_deps=""
+    else
+        step="$step + install"
+    fi
+    if ! run_phase "$step" "$build_log" in_chroot "
+        rm -rf $venv
+        $make_wheel
+        cd $C_SRC
+        wheel=\$(ls $wheels/ferrule-*.whl)
+        python$v scripts/check_wheel.py $check_args \$wheel
+        $install_test_deps
     "; then
         RESULT[$v]="FAILED (build/install)"
         SUMMARY[$v]="no tests run; see $build_log"
@@ -374,6 +417,10 @@ for v in "${PYTHONS[@]}"; do
         continue
     fi
     tail -n 3 "$build_log" | sed 's/^/    /'
+    if ((NO_TESTS)); then
+        RESULT[$v]="PASSED (wheel check only, --no-tests)"
+        continue
+    fi
 
     note "py$v: pytest (log: $test_log)"
     start=$SECONDS
