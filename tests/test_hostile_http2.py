@@ -892,3 +892,18 @@ def test_preface_must_be_followed_by_settings(server: ServerProcess) -> None:
         conn.send(PREFACE + get(1, f"/{tag}"))
         got = conn.read()
     assert got.goaway() == PROTOCOL_ERROR and 1 not in got.statuses, got.describe()
+
+
+def test_max_concurrent_streams_is_the_setting() -> None:
+    """Rule: ``--http2-max-concurrent-streams N`` is what the server announces in its SETTINGS
+    frame, and the (N+1)th stream in flight is refused. Broken: hyper's default (200)
+    announced whatever the option says."""
+    with running_server(APP, "--http2-max-concurrent-streams", "3") as srv:
+        tag = marker()
+        with H2Raw(srv) as conn:
+            settings = conn.read(0.5, until_close=False).settings()
+            assert settings.get(SETTINGS_MAX_CONCURRENT_STREAMS) == 3, settings
+            conn.send(b"".join(get(2 * i + 1, f"/sleep?secs=0.5&m-{tag}={i}") for i in range(5)))
+            got = conn.read(1.5)
+        assert list(got.statuses.values()).count("200") == 3, got.describe()
+        assert len(app_saw(srv, f"m-{tag}")) == 3

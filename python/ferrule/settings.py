@@ -707,6 +707,17 @@ SETTINGS: tuple[Setting, ...] = (
         "uvicorn's switch for HTTP/2, which --http auto and 2 serve anyway; refused with --http 1.",
         form="flag",
     ),
+    Setting(
+        "http2_max_concurrent_streams",
+        "http",
+        200,
+        "The HTTP/2 streams (requests) one connection may have open at once, announced to the "
+        "client in SETTINGS_MAX_CONCURRENT_STREAMS; a stream past it is refused.",
+        type=int,
+        metavar="N",
+        check=_at_least(1),
+        uvicorn=False,
+    ),
     # Set from Python only, for programs embedding the server
     Setting(
         "callback_notify",

@@ -63,6 +63,8 @@ pub struct Settings {
     pub ws_ping_timeout: Option<Duration>,
     /// Requests to serve before the server stops itself (`--limit-max-requests` with its jitter).
     pub max_requests: Option<u64>,
+    /// HTTP/2 streams one connection may have open at once.
+    pub http2_max_concurrent_streams: u32,
     /// How long shutdown waits for requests in progress before cancelling them; `None`: forever.
     #[pyo3(from_py_with = read::timeout_graceful_shutdown)]
     pub timeout_graceful_shutdown: Option<Duration>,
@@ -272,7 +274,7 @@ settings = dict(
     date_header=False, headers=[(" x-a ", " 1 ")], proxy_headers=True,
     trusted_proxies=["127.0.0.1"], http="1", websockets=True, ws_max_size=1024,
     ws_max_queue=32, ws_ping_interval=20.0, ws_ping_timeout=0, max_requests=None,
-    timeout_graceful_shutdown=None, reset_contextvars=False,
+    timeout_graceful_shutdown=None, reset_contextvars=False, http2_max_concurrent_streams=50,
 )
 settings.update({changes})
 config = types.SimpleNamespace(**settings)
@@ -288,6 +290,7 @@ config = types.SimpleNamespace(**settings)
         Python::attach(|py| {
             let settings = Settings::from_config(&config(py, "")).unwrap();
             assert_eq!(settings.root_path, "/api");
+            assert_eq!(settings.http2_max_concurrent_streams, 50);
             assert_eq!(settings.timeout_keep_alive, Duration::from_secs(5));
             assert_eq!(settings.limit_request_body, Some(10));
             assert!(!settings.date_header);

@@ -171,6 +171,7 @@ fn connection_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
         .http2()
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(settings.max_head_size).unwrap_or(u32::MAX))
+        .max_concurrent_streams(settings.http2_max_concurrent_streams)
         // A peer silent for the keep-alive timeout is PINGed, and dropped if it does not answer
         // within as long again: a client gone without a FIN (a NAT that forgot it, a machine
         // switched off) would otherwise keep its connection slot for ever. A live client that
