@@ -714,6 +714,30 @@ def test_limit_max_requests_stops_the_server_after_n_requests() -> None:
             httpx.get(f"http://127.0.0.1:{srv.port}/", timeout=2)
 
 
+def test_limit_max_requests_answers_a_request_already_on_its_way() -> None:
+    """Rule: with ``--limit-max-requests 1``, a second client that had connected and sends
+    its request just after the first one is answered (uvicorn answers it too), not reset.
+    Broken: the second connection closed without a response as soon as the limit was reached
+    (seen before the grace for a connection's first request)."""
+    with running_server("hello_app:app", "--limit-max-requests", "1") as srv:
+        assert srv.port is not None
+        first = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+        second = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+        time.sleep(0.2)  # both accepted
+        first.sendall(request_bytes("GET", "/"))
+        time.sleep(0.02)
+        second.sendall(request_bytes("GET", "/"))
+        answers = []
+        for sock in (first, second):
+            with sock:
+                data = b""
+                while chunk := sock.recv(65536):
+                    data += chunk
+                answers.append(data.split(b"\r\n", 1)[0])
+        assert srv.wait_exit(15) == 0, srv.describe()
+    assert answers == [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK"], answers
+
+
 def test_limit_max_requests_with_workers_replaces_each_worker() -> None:
     """Rule: with ``--workers 2 --limit-max-requests 2`` each worker stops after two requests
     and the supervisor starts a new one in its place, so the server keeps answering well past

@@ -280,14 +280,37 @@ impl FinishWhen {
             .await;
             self.conn.streams.idle_for(self.idle_timeout).await;
         };
-        tokio::select! {
+        let stopped = tokio::select! {
             biased;
             output = &mut connection => return output,
             // An error is the server gone without draining: finish all the same.
-            _ = self.stopping.wait_for(|stop| *stop) => {}
-            () = idle => {}
+            _ = self.stopping.wait_for(|stop| *stop) => true,
+            () = idle => false,
+        };
+        if stopped && !self.conn.heads.first_request_seen() {
+            // A client that connected before the stop may have its request on the way (two
+            // requests at once when --limit-max-requests is reached): a moment to let it in,
+            // so that it is answered rather than reset. No wake-up is needed for the flag: it
+            // is set while the connection is polled, in this task.
+            let first_request = std::future::poll_fn(|_| {
+                if self.conn.heads.first_request_seen() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            });
+            tokio::select! {
+                biased;
+                output = &mut connection => return output,
+                () = first_request => {}
+                () = tokio::time::sleep(FIRST_REQUEST_GRACE) => {}
+            }
         }
         graceful_shutdown(connection.as_mut());
         connection.await
     }
 }
+
+/// How long a connection that has sent no request yet may still deliver its first one once the
+/// server stops: uvicorn notices its stop at most 0.1 s late, and serves what arrives meanwhile.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_millis(100);
