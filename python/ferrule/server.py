@@ -274,10 +274,7 @@ class Server:
         (``--limit-max-requests``). Looks at ``should_exit`` every 0.1 s, as uvicorn does."""
         assert self._wake is not None and self._stopped is not None
         while not self.should_exit:
-            waker = asyncio.ensure_future(self._wake.wait())
-            await asyncio.wait({waker, self._stopped}, timeout=0.1)
-            waker.cancel()
-            self._wake.clear()
+            await self._woken_or_stopped(timeout=0.1)
             await self.on_tick()
             if self._stopped.done():
                 self._stopped.result()  # a failure of the server core, raised here
@@ -311,11 +308,7 @@ class Server:
         if not self._stopped.done() and not self.force_exit:
             logger.info("Waiting for connections to close. (CTRL+C to force quit)")
             while not self._stopped.done() and not self.force_exit:
-                assert self._wake is not None
-                waker = asyncio.ensure_future(self._wake.wait())
-                await asyncio.wait({waker, self._stopped}, return_when=asyncio.FIRST_COMPLETED)
-                waker.cancel()
-                self._wake.clear()
+                await self._woken_or_stopped(timeout=None)
             if self.force_exit:
                 self._http.shutdown(0.0)
         await self._stopped
@@ -326,6 +319,17 @@ class Server:
                 await self.lifespan.cancel()
             else:
                 await self.lifespan.shutdown()
+
+    async def _woken_or_stopped(self, timeout: float | None) -> None:
+        """Waits until a signal wakes the loop (``handle_exit``), the server core stops, or
+        ``timeout`` seconds pass."""
+        assert self._wake is not None and self._stopped is not None
+        waker = asyncio.ensure_future(self._wake.wait())
+        await asyncio.wait(
+            {waker, self._stopped}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        waker.cancel()
+        self._wake.clear()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
