@@ -685,8 +685,9 @@ SETTINGS: tuple[Setting, ...] = (
         "ws_per_message_deflate",
         "websockets",
         True,
-        "uvicorn's option, accepted either way: ferrule does not negotiate permessage-deflate, "
-        "so WebSocket frames go uncompressed (clients offering it fall back).",
+        "Agree to permessage-deflate (RFC 7692) with WebSocket clients that offer it: messages "
+        "both ways are compressed; --ws-max-size applies to the inflated size. false: decline it "
+        "(clients fall back to uncompressed frames).",
         type=boolean,
         metavar="BOOLEAN",
     ),

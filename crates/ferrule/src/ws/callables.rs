@@ -185,6 +185,9 @@ impl WsSend {
         }
         let accept = HeaderValue::from_str(&state.accept_key).expect("base64 is a header value");
         headers.insert(http::header::SEC_WEBSOCKET_ACCEPT, accept);
+        if let Some(extensions) = state.extensions.clone() {
+            headers.insert(http::header::SEC_WEBSOCKET_EXTENSIONS, extensions);
+        }
         headers.insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
         headers.insert(
             http::header::CONNECTION,

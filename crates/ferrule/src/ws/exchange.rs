@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use http::{HeaderMap, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use tokio::sync::{mpsc, oneshot};
@@ -42,6 +42,8 @@ pub(super) struct State {
     /// The upgrade's HTTP answer (101, 403, 500 or the app's own), until sent.
     head_tx: Option<oneshot::Sender<Response<Bytes>>>,
     pub(super) accept_key: String,
+    /// The `Sec-WebSocket-Extensions` of the 101, when permessage-deflate was agreed.
+    pub(super) extensions: Option<HeaderValue>,
     pub(super) denial: Option<(StatusCode, HeaderMap, Vec<u8>)>,
     pub(super) outbound: Option<mpsc::Sender<Message>>,
     /// How the socket ended (code, reason), once it has: what `receive()` reports after the
@@ -68,7 +70,11 @@ pub struct SocketEnds {
 pub type Answer = oneshot::Receiver<Response<Bytes>>;
 
 impl WsExchange {
-    pub fn new(server: Arc<Server>, accept_key: String) -> (Arc<Self>, Answer, SocketEnds) {
+    pub fn new(
+        server: Arc<Server>,
+        accept_key: String,
+        extensions: Option<HeaderValue>,
+    ) -> (Arc<Self>, Answer, SocketEnds) {
         let (head_tx, head_rx) = oneshot::channel();
         // Messages from the client waiting for the app's `receive()` (`--ws-max-queue`); past
         // this the socket is not read.
@@ -81,6 +87,7 @@ impl WsExchange {
                 connect_delivered: false,
                 head_tx: Some(head_tx),
                 accept_key,
+                extensions,
                 denial: None,
                 outbound: Some(outbound_tx),
                 socket_ended: None,

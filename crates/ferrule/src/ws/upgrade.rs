@@ -22,6 +22,7 @@ use crate::asgi::server::Server;
 use crate::bridge::Completion;
 
 use super::callables::{WsReceive, WsSend};
+use super::deflate_params::negotiate;
 use super::exchange::WsExchange;
 use super::socket::run_socket;
 
@@ -78,8 +79,20 @@ pub async fn upgrade(
     let on_upgrade = hyper::upgrade::on(&mut request);
     let (parts, _body) = request.into_parts();
     let forwarded = conn.forwarded(&parts.headers, &server.settings);
-    let (exchange, answer, ends) =
-        WsExchange::new(server.clone(), derive_accept_key(key.as_bytes()));
+    let deflate = match server.settings.ws_per_message_deflate {
+        true => negotiate(
+            parts
+                .headers
+                .get_all(http::header::SEC_WEBSOCKET_EXTENSIONS),
+        ),
+        false => None,
+    };
+    let (deflate, extensions) = deflate.unzip();
+    let (exchange, answer, ends) = WsExchange::new(
+        server.clone(),
+        derive_accept_key(key.as_bytes()),
+        extensions,
+    );
     // Ended by `on_app_done`, which runs exactly once however the app ends.
     server.state.ws_sessions.send_modify(|open| *open += 1);
     Python::attach(|py| {
@@ -109,7 +122,7 @@ pub async fn upgrade(
         log_info(&server.py, "connection open");
         tokio::spawn(async move {
             match on_upgrade.await {
-                Ok(upgraded) => run_socket(upgraded, exchange.clone(), ends).await,
+                Ok(upgraded) => run_socket(upgraded, exchange.clone(), ends, deflate).await,
                 Err(_) => exchange.mark_closed(1006, String::new()),
             }
             log_info(&exchange.server.py, "connection closed");
