@@ -390,7 +390,7 @@ def test_max_size_applies_after_inflation() -> None:
     """Rule: with --ws-max-size 1048576 a compressed message inflating to exactly 1 MiB is
     echoed, and one inflating to 1 MiB + 1 byte (a few KiB on the wire), also sent in
     fragments, closes with 1009. Fails if the limit is checked on the compressed size (the
-    message over it is echoed)."""
+    message over it is echoed, as seen with the size checks removed)."""
 
     async def fragments(data: bytes) -> AsyncIterator[bytes]:
         for at in range(0, len(data), 300_000):
@@ -415,8 +415,10 @@ def test_max_size_applies_after_inflation() -> None:
 def test_decompression_bomb_closes_1009_with_bounded_memory() -> None:
     """Rule: a compressed frame of about 256 KiB on the wire that would inflate to 256 MiB of
     zeros, with --ws-max-size 1048576, closes with 1009 and the server's peak RSS grows by
-    far less than the bomb (under 64 MiB); the same bomb cut into 64 KiB fragments too. Fails
-    if a message is inflated whole before its size is checked: the peak grows by 256 MiB."""
+    far less than the bomb (under 64 MiB; 8 MiB measured); the same bomb cut into 64 KiB
+    fragments too. Fails if a message is inflated whole before its size is checked: with both
+    size checks (the inflating layer's and tungstenite's) removed, no 1009 comes (the server
+    inflates the 256 MiB, read_close times out)."""
     # 256 MiB of zeros, compressed a piece at a time: zlib's ratio is at most about 1000:1.
     compressor = zlib.compressobj(level=9, wbits=-15)
     piece = b"\x00" * (16 * 1024 * 1024)

@@ -652,7 +652,8 @@ SETTINGS: tuple[Setting, ...] = (
         "ws_max_size",
         "websockets",
         16 * 1024 * 1024,
-        "The largest WebSocket message in bytes: past it, the socket closes with 1009.",
+        "The largest WebSocket message in bytes (once inflated, with permessage-deflate): past "
+        "it, the socket closes with 1009.",
         type=int,
         metavar="BYTES",
     ),
