@@ -2,8 +2,7 @@
 //! under tungstenite, which rejects any frame with RSV1 set and has no extension hook.
 //!
 //! The layer reads the client's frames and rewrites each compressed message as uncompressed
-//! frames: an empty first frame, the inflated bytes a bounded chunk at a time, and an empty
-//! final frame. Every other frame (control frames, uncompressed messages, anything malformed)
+//! frames of at most a bounded chunk each (one frame for most messages). Every other frame (control frames, uncompressed messages, anything malformed)
 //! passes through byte for byte, so tungstenite still checks framing, masking, fragmentation and
 //! UTF-8, and fails RSV1 where permessage-deflate gives it no meaning. Inflating a chunk at a
 //! time, only as tungstenite reads, keeps a decompression bomb from ever being held whole: the
@@ -65,6 +64,12 @@ enum ReadState {
 
 /// The compressed message being read.
 struct Message {
+    opcode: OpCode,
+    /// Whether a frame of it went to tungstenite.
+    started: bool,
+    /// Inflated bytes not yet handed on, held until it is known whether more follow, so that a
+    /// message that fits one chunk makes one frame.
+    held: Vec<u8>,
     /// Inflated bytes so far.
     size: usize,
     /// Unmasked compressed bytes not yet inflated.
@@ -169,6 +174,11 @@ impl Inflater {
         };
         let header_len = cursor.position() as usize;
         let in_message = self.message.is_some();
+        // tungstenite may not know of the message yet (nothing of it handed on), so a new data
+        // frame inside it is caught here.
+        if in_message && matches!(header.opcode, OpCode::Data(Data::Text | Data::Binary)) {
+            return Err(close_with(1002));
+        }
         let plain = !header.rsv2 && !header.rsv3;
         let mask = header.mask.filter(|_| plain);
         let compressed = match (header.opcode, mask) {
@@ -191,14 +201,14 @@ impl Inflater {
         }
         if !in_message {
             self.message = Some(Message {
+                opcode: header.opcode,
+                started: false,
+                held: Vec::new(),
                 size: 0,
                 pending: BytesMut::new(),
                 tail_fed: false,
                 stream_ended: false,
             });
-            // The message starts now, for tungstenite: a data frame between this one and its
-            // continuations is then the protocol error it is.
-            self.emit(header.opcode, false, &[]);
         }
         self.state = ReadState::Compressed {
             remaining: length,
@@ -258,9 +268,16 @@ impl Inflater {
             if message.size > self.max_size {
                 return Err(close_with(1009));
             }
-            let chunk = std::mem::take(&mut self.scratch);
-            self.emit(OpCode::Data(Data::Continue), false, &chunk[..produced]);
-            self.scratch = chunk;
+            if !message.held.is_empty() {
+                emit(
+                    &mut self.output,
+                    message.next_opcode(),
+                    false,
+                    &message.held,
+                );
+                message.held.clear();
+            }
+            message.held.extend_from_slice(&self.scratch[..produced]);
             return Ok(Step::Progress);
         }
         if consumed > 0 || status == Status::StreamEnd {
@@ -282,31 +299,41 @@ impl Inflater {
             // Input the inflater will not take: not a deflate stream.
             return Err(close_with(1002));
         }
+        emit(&mut self.output, message.next_opcode(), true, &message.held);
         let stream_ended = message.stream_ended;
         self.message = None;
         self.state = ReadState::Header;
         if self.no_context_takeover || stream_ended {
             self.decompress.reset(false);
         }
-        self.emit(OpCode::Data(Data::Continue), true, &[]);
         Ok(Step::Progress)
     }
+}
 
-    /// Queues an unmasked-in-effect frame for tungstenite.
-    fn emit(&mut self, opcode: OpCode, is_final: bool, payload: &[u8]) {
-        let header = FrameHeader {
-            is_final,
-            opcode,
-            mask: Some(NO_MASK),
-            ..FrameHeader::default()
-        };
-        let mut head = Vec::with_capacity(14);
-        header
-            .format(payload.len() as u64, &mut head)
-            .expect("a Vec takes any header");
-        self.output.extend_from_slice(&head);
-        self.output.extend_from_slice(payload);
+impl Message {
+    /// The opcode of the message's next frame, which is then started.
+    fn next_opcode(&mut self) -> OpCode {
+        match std::mem::replace(&mut self.started, true) {
+            false => self.opcode,
+            true => OpCode::Data(Data::Continue),
+        }
     }
+}
+
+/// Queues an unmasked-in-effect frame for tungstenite.
+fn emit(output: &mut BytesMut, opcode: OpCode, is_final: bool, payload: &[u8]) {
+    let header = FrameHeader {
+        is_final,
+        opcode,
+        mask: Some(NO_MASK),
+        ..FrameHeader::default()
+    };
+    let mut head = Vec::with_capacity(14);
+    header
+        .format(payload.len() as u64, &mut head)
+        .expect("a Vec takes any header");
+    output.extend_from_slice(&head);
+    output.extend_from_slice(payload);
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for InflatingStream<S> {
