@@ -13,20 +13,18 @@ const SYNC_TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 
 /// The server's compression context for one WebSocket.
 pub struct Deflater {
-    compress: Compress,
+    /// Made for the first message: a compressor holds a few hundred KiB, which a socket the
+    /// app never sends on need not.
+    compress: Option<Compress>,
+    window_bits: u8,
     no_context_takeover: bool,
 }
 
 impl Deflater {
     pub fn new(params: &DeflateParams) -> Self {
         Self {
-            // Level 1: each message ends a block, and above level 1 zlib builds Huffman trees for
-            // every block, which costs more than a small message gains (measured in benches/).
-            compress: Compress::new_with_window_bits(
-                Compression::fast(),
-                false,
-                params.server_max_window_bits,
-            ),
+            compress: None,
+            window_bits: params.server_max_window_bits,
             no_context_takeover: params.server_no_context_takeover,
         }
     }
@@ -50,14 +48,20 @@ impl Deflater {
         if data.is_empty() {
             return vec![0x00];
         }
+        let window_bits = self.window_bits;
+        // Level 1: each message ends a block, and above level 1 zlib builds Huffman trees for
+        // every block, which costs more than a small message gains (measured in benches/).
+        let compress = self.compress.get_or_insert_with(|| {
+            Compress::new_with_window_bits(Compression::fast(), false, window_bits)
+        });
         let mut out = Vec::with_capacity(data.len() / 2 + 64);
-        let start = self.compress.total_in();
+        let start = compress.total_in();
         loop {
-            let consumed = (self.compress.total_in() - start) as usize;
-            self.compress
+            let consumed = (compress.total_in() - start) as usize;
+            compress
                 .compress_vec(&data[consumed..], &mut out, FlushCompress::Sync)
                 .expect("deflate accepts any input");
-            let done = (self.compress.total_in() - start) as usize == data.len();
+            let done = (compress.total_in() - start) as usize == data.len();
             // A flush that filled the buffer may have more to write.
             if done && out.len() < out.capacity() {
                 break;
@@ -68,7 +72,7 @@ impl Deflater {
             out.truncate(out.len() - SYNC_TAIL.len());
         }
         if self.no_context_takeover {
-            self.compress.reset();
+            compress.reset();
         }
         out
     }
