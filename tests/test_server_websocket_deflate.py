@@ -347,6 +347,8 @@ def test_fragmented_compressed_message_with_ping_between_fragments(server: Serve
         pytest.param(
             [build_frame(OP_TEXT, deflate(b"hello"), rsv=RSV1, mask=False)], id="unmasked"
         ),
+        pytest.param([build_frame(0x3, b"x", rsv=RSV1)], id="opcode-3"),
+        pytest.param([build_frame(OP_CONT, deflate(b"hello"))], id="continuation-without-start"),
     ],
 )
 def test_protocol_errors_with_deflate_close_1002(
@@ -356,7 +358,9 @@ def test_protocol_errors_with_deflate_close_1002(
     another reserved bit, a payload that is no deflate data, a new message inside a
     compressed one, and an unmasked compressed frame each fail the connection with 1002; the
     server keeps serving. Fails if the layer that inflates lets them through (the ping is
-    answered, the bytes reach the app) or drops the connection without a close frame."""
+    answered, the bytes reach the app) or drops the connection without a close frame; the
+    last two (an unknown opcode, a continuation with no message) check that frames the layer
+    does not inflate still reach tungstenite's checks."""
     ws = offering(server, "permessage-deflate")
     try:
         assert negotiated(ws) == "permessage-deflate"
@@ -453,4 +457,24 @@ def test_decompression_bomb_closes_1009_with_bounded_memory() -> None:
                 ws.close()
         grown = peak_rss(srv.pid) - before
         assert grown < 64 * 2**20, f"peak RSS grew by {grown / 2**20:.0f} MiB"
+        still_serving(srv)
+
+
+def test_compressed_frame_over_max_size_closes_1009() -> None:
+    """Rule: a compressed frame whose payload on the wire is over --ws-max-size closes with
+    1009 from its header alone, whatever it would inflate to, as a plain frame does. Fails if
+    the layer only counts inflated bytes (seen with its frame check removed): the 2 MiB frame,
+    of which 4 KiB is sent, waits for the rest of its payload and no close comes."""
+    payload = deflate(os.urandom(2 * MAX_SIZE))
+    assert len(payload) > MAX_SIZE
+    with running_server(APP, "--ws-max-size", str(MAX_SIZE)) as srv:
+        ws = offering(srv, "permessage-deflate")
+        try:
+            assert negotiated(ws) == "permessage-deflate"
+            frame = build_frame(OP_BINARY, payload, rsv=RSV1)
+            # The header and a little of the payload: the server decides on the header.
+            ws.send(frame[:4096])
+            assert ws.read_close().code == 1009
+        finally:
+            ws.close()
         still_serving(srv)
