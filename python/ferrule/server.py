@@ -182,7 +182,7 @@ class Server:
         self._bridge: Bridge | None = None
         self._heartbeat: Heartbeat | None = None
         self._socket_file: tuple[int, int] | None = None
-        self._shutting_down = False
+        self._shutdown_done: asyncio.Future[None] | None = None
 
     @functools.cached_property
     def limit_max_requests(self) -> int | None:
@@ -278,6 +278,8 @@ class Server:
             await self.on_tick()
             if self._stopped.done():
                 self._stopped.result()  # a failure of the server core, raised here
+                if self._shutdown_done is not None:  # shutdown() called by the program
+                    return
                 logger.warning(
                     "Maximum request limit of %d exceeded. Terminating process.",
                     self.limit_max_requests,
@@ -297,9 +299,19 @@ class Server:
         """Stops accepting, lets requests and WebSockets in progress finish (at most
         ``timeout_graceful_shutdown``; a second signal or ``force_exit`` cancels them at once),
         then runs lifespan shutdown (not when forced)."""
-        if self._stopped is None or self._bridge is None or self._shutting_down:
-            return  # not serving, or shut down already (by serve(), or an earlier call)
-        self._shutting_down = True
+        if self._shutdown_done is not None:  # by serve() and by its caller, or called twice
+            await asyncio.shield(self._shutdown_done)
+            return
+        if self._stopped is None or self._bridge is None:
+            return  # not serving
+        self._shutdown_done = asyncio.get_running_loop().create_future()
+        try:
+            await self._shut_down(sockets)
+        finally:
+            self._shutdown_done.set_result(None)
+
+    async def _shut_down(self, sockets: list[socket.socket] | None) -> None:
+        assert self._stopped is not None and self._bridge is not None and self._http is not None
         logger.info("Shutting down")
         for server in self.servers:
             server.close()
