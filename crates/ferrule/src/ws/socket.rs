@@ -10,6 +10,7 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
+use tokio::io::AsyncReadExt;
 use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError};
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
@@ -58,6 +59,8 @@ pub async fn run_socket(upgraded: Upgraded, exchange: Arc<WsExchange>, ends: Soc
     let mut ended: Option<(u16, Option<String>)> = None;
     let mut close_deadline: Option<tokio::time::Instant> = None;
     let mut app_done = false;
+    // The server has closed for a message over the size limit (see `drain`).
+    let mut draining = false;
     let ping_timeout = settings.ws_ping_timeout;
     let mut pings = settings.ws_ping_interval.map(|every| {
         let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -110,6 +113,8 @@ pub async fn run_socket(upgraded: Upgraded, exchange: Arc<WsExchange>, ends: Soc
                         if let Some(code) = error_close_code(&err) {
                             let _ = sink.send(close_message(code, "")).await;
                             ended.get_or_insert((code, None));
+                            // Too big: the client may still be sending the rest of it.
+                            draining = code == 1009;
                         }
                         break;
                     }
@@ -170,4 +175,25 @@ pub async fn run_socket(upgraded: Upgraded, exchange: Arc<WsExchange>, ends: Soc
     exchange.mark_closed(code, reason);
     drop(inbound_tx); // receive() reports the end once the queued messages are read
     let _ = sink.close().await;
+    if draining {
+        if let Ok(mut socket) = stream.reunite(sink) {
+            drain(socket.get_mut()).await;
+        }
+    }
+}
+
+/// Reads and drops what the client still sends after the server closed for a message over the
+/// size limit, until it goes quiet: a socket closed with bytes unread is reset, and the reset
+/// can make the client's side drop the close frame before the client reads it.
+async fn drain(io: &mut TokioIo<Upgraded>) {
+    const QUIET: Duration = Duration::from_millis(100);
+    let deadline = tokio::time::Instant::now() + CLOSE_TIMEOUT;
+    let mut buffer = vec![0; 16 * 1024];
+    while tokio::time::Instant::now() < deadline {
+        let until = deadline.min(tokio::time::Instant::now() + QUIET);
+        match tokio::time::timeout_at(until, io.read(&mut buffer)).await {
+            Ok(Ok(read)) if read > 0 => {}
+            _ => break,
+        }
+    }
 }
