@@ -13,7 +13,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::handles::PyHandles;
-use crate::asgi::logging::log_app_exception;
+use crate::asgi::logging::{log_app_exception, log_line, ERROR, INFO, TRACE};
 use crate::asgi::proxy::Forwarded;
 use crate::asgi::raw_head::RawHead;
 use crate::asgi::responses::{closing_response, plain_response, server_response};
@@ -79,6 +79,17 @@ pub async fn upgrade(
     conn: &ConnInfo,
     server: Arc<Server>,
 ) -> Response<Bytes> {
+    let trace = server
+        .settings
+        .trace_connections
+        .then(|| conn.client_prefix());
+    if let Some(client) = &trace {
+        log_line(
+            &server.py,
+            TRACE,
+            &format!("{client}Upgrading to WebSocket"),
+        );
+    }
     if let Some(problem) = handshake_problem(&request) {
         server.state.request_finished();
         let body = Bytes::from_static(problem.as_bytes());
@@ -135,45 +146,27 @@ pub async fn upgrade(
         "{} - \"WebSocket {target}\" {handshake}",
         conn.client_label(&forwarded)
     );
-    log_info(&server.py, &line);
+    log_line(&server.py, INFO, &line);
     if accepted {
-        log_info(&server.py, "connection open");
+        log_line(&server.py, INFO, "connection open");
         tokio::spawn(async move {
+            let py = &exchange.server.py;
             match on_upgrade.await {
-                Ok(upgraded) => run_socket(upgraded, exchange.clone(), ends).await,
+                Ok(upgraded) => {
+                    if let Some(client) = &trace {
+                        log_line(py, TRACE, &format!("{client}WebSocket connection made"));
+                    }
+                    run_socket(upgraded, exchange.clone(), ends).await;
+                    if let Some(client) = &trace {
+                        log_line(py, TRACE, &format!("{client}WebSocket connection lost"));
+                    }
+                }
                 Err(_) => exchange.mark_closed(1006, None),
             }
-            log_info(&exchange.server.py, "connection closed");
+            log_line(&exchange.server.py, INFO, "connection closed");
         });
     }
     response
-}
-
-/// A line at ERROR on the error logger.
-fn log_error(handles: &PyHandles, line: &str) {
-    Python::attach(|py| {
-        let logged = handles
-            .error_logger
-            .bind(py)
-            .call_method1(intern!(py, "error"), (line,));
-        if let Err(err) = logged {
-            err.write_unraisable(py, None);
-        }
-    });
-}
-
-/// A line at INFO on the error logger: uvicorn's three lines for each WebSocket (the
-/// handshake with its outcome, "connection open", "connection closed") go there too.
-fn log_info(handles: &PyHandles, line: &str) {
-    Python::attach(|py| {
-        let logged = handles
-            .error_logger
-            .bind(py)
-            .call_method1(intern!(py, "info"), (line,));
-        if let Err(err) = logged {
-            err.write_unraisable(py, None);
-        }
-    });
 }
 
 fn start_app(
@@ -264,10 +257,10 @@ fn on_app_done(py: Python<'_>, exchange: &Arc<WsExchange>, result: PyResult<Py<P
     };
     let failed = result.is_err() || returned.is_some();
     if let Some(problem) = exchange.finish_app(failed) {
-        log_error(&server.py, problem);
+        log_line(&server.py, ERROR, problem);
     }
     if let Some(returned) = returned {
-        log_error(&server.py, &returned);
+        log_line(&server.py, ERROR, &returned);
     }
     if let Err(error) = result {
         log_app_exception(py, &server.py, error);
