@@ -285,13 +285,9 @@ class Server:
             await self._woken_or_stopped(timeout=0.1)
             await self.on_tick()
             if self._stopped.done():
-                self._stopped.result()  # a failure of the server core, raised here
-                if self._shutdown_done is not None:  # shutdown() called by the program
-                    return
-                logger.warning(
-                    "Maximum request limit of %d exceeded. Terminating process.",
-                    self.limit_max_requests,
-                )
+                # The core stopped itself (--limit-max-requests, which it logged), or failed:
+                # its failure is raised here.
+                self._stopped.result()
                 return
 
     async def on_tick(self) -> None:

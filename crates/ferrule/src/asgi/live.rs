@@ -39,13 +39,14 @@ impl LiveState {
     }
 
     /// Counts one request against `--limit-max-requests`; the one that reaches it starts a
-    /// graceful shutdown (this request and those in flight are still answered).
-    pub fn count_request(&self) {
+    /// graceful shutdown (this request and those in flight are still answered), and is told
+    /// so (true).
+    pub fn count_request(&self) -> bool {
         if let Some((left, graceful)) = &self.requests_left {
             let before =
                 left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
             if before == Ok(1) {
-                self.stop.send_if_modified(|stop| {
+                return self.stop.send_if_modified(|stop| {
                     let starting = stop.is_none();
                     if starting {
                         *stop = Some(*graceful);
@@ -54,6 +55,7 @@ impl LiveState {
                 });
             }
         }
+        false
     }
 
     /// Counts a request in flight, unless `limit` are already (`--limit-concurrency`): then it

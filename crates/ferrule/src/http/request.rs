@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use tokio::sync::oneshot;
 
 use crate::asgi::conn::ConnInfo;
+use crate::asgi::logging::{log_line, WARNING};
 use crate::asgi::proxy::Forwarded;
 use crate::asgi::raw_head::RawHead;
 use crate::asgi::responses::{closing_response, plain_response};
@@ -52,7 +53,11 @@ pub(super) async fn handle(
     let open_stream = (request.version() == http::Version::HTTP_2).then(|| conn.streams.open());
     let settings = &server.settings;
     let state = &server.state;
-    state.count_request();
+    if state.count_request() {
+        let limit = settings.max_requests.unwrap_or_default();
+        let line = format!("Maximum request limit of {limit} exceeded. Terminating process.");
+        log_line(&server.py, WARNING, &line);
+    }
     if !state.start_request(settings.limit_concurrency) {
         return Ok(plain_response(StatusCode::SERVICE_UNAVAILABLE, settings));
     }
