@@ -195,6 +195,10 @@ fn connection_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
         .keep_alive_interval(settings.header_read_timeout())
         .keep_alive_timeout(settings.header_read_timeout())
         .auto_date_header(settings.date_header);
+    if settings.websockets {
+        // SETTINGS_ENABLE_CONNECT_PROTOCOL: WebSockets over HTTP/2 streams (RFC 8441).
+        builder.http2().enable_connect_protocol();
+    }
     if settings.http.h1 {
         builder
     } else {
@@ -246,7 +250,7 @@ async fn serve_connection(
         let connection = setup.builder.serve_connection_with_upgrades(io, service);
         Box::pin(finish_when.drive(connection, |c| c.graceful_shutdown()))
     } else {
-        // WebSockets are HTTP/1.1 upgrades: none to allow on HTTP/2 alone.
+        // HTTP/2's WebSockets are streams (extended CONNECT): no HTTP/1.1 upgrade to allow.
         let connection = setup.builder.serve_connection(io, service);
         Box::pin(finish_when.drive(connection, |c| c.graceful_shutdown()))
     };

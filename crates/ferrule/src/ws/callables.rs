@@ -188,20 +188,28 @@ impl WsSend {
                 .map_err(|_| PyValueError::new_err("invalid subprotocol"))?;
             headers.insert(http::header::SEC_WEBSOCKET_PROTOCOL, value);
         }
-        let accept = HeaderValue::from_str(&state.accept_key).expect("base64 is a header value");
-        headers.insert(http::header::SEC_WEBSOCKET_ACCEPT, accept);
-        headers.insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
-        headers.insert(
-            http::header::CONNECTION,
-            HeaderValue::from_static("Upgrade"),
-        );
+        // HTTP/2 (RFC 8441): a 200 on the stream, which has no connection-wide headers.
+        let status = match &state.accept_key {
+            Some(accept_key) => {
+                let accept = HeaderValue::from_str(accept_key).expect("base64 is a header value");
+                headers.insert(http::header::SEC_WEBSOCKET_ACCEPT, accept);
+                headers.insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
+                headers.insert(
+                    http::header::CONNECTION,
+                    HeaderValue::from_static("Upgrade"),
+                );
+                StatusCode::SWITCHING_PROTOCOLS
+            }
+            None => StatusCode::OK,
+        };
         self.exchange
             .server
             .settings
             .add_default_headers(&mut headers);
         let mut response = Response::new(Bytes::new());
-        *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        *response.status_mut() = status;
         *response.headers_mut() = headers;
+        state.accepted = true;
         state.phase = Phase::Accepted;
         WsExchange::answer(&mut state, response);
         Ok(self.done(py))

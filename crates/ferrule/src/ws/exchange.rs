@@ -42,9 +42,12 @@ pub(super) enum Phase {
 pub(super) struct State {
     pub(super) phase: Phase,
     pub(super) connect_delivered: bool,
+    /// The app sent `websocket.accept`.
+    pub(super) accepted: bool,
     /// The upgrade's HTTP answer (101, 403, 500 or the app's own), until sent.
     head_tx: Option<oneshot::Sender<Response<Bytes>>>,
-    pub(super) accept_key: String,
+    /// `Sec-WebSocket-Accept` for an HTTP/1.1 handshake; `None` on HTTP/2 (answered 200).
+    pub(super) accept_key: Option<String>,
     pub(super) denial: Option<(StatusCode, HeaderMap, Vec<u8>)>,
     pub(super) outbound: Option<mpsc::Sender<Message>>,
     /// How the socket ended (code, reason), once it has: what `receive()` reports after the
@@ -71,7 +74,7 @@ pub struct SocketEnds {
 pub type Answer = oneshot::Receiver<Response<Bytes>>;
 
 impl WsExchange {
-    pub fn new(server: Arc<Server>, accept_key: String) -> (Arc<Self>, Answer, SocketEnds) {
+    pub fn new(server: Arc<Server>, accept_key: Option<String>) -> (Arc<Self>, Answer, SocketEnds) {
         let (head_tx, head_rx) = oneshot::channel();
         // Messages from the client waiting for the app's `receive()` (`--ws-max-queue`); past
         // this the socket is not read.
@@ -82,6 +85,7 @@ impl WsExchange {
             state: Mutex::new(State {
                 phase: Phase::Connecting,
                 connect_delivered: false,
+                accepted: false,
                 head_tx: Some(head_tx),
                 accept_key,
                 denial: None,
@@ -155,6 +159,11 @@ impl WsExchange {
         let mut state = self.state.lock().unwrap();
         state.outbound = None;
         state.socket_ended.get_or_insert((code, reason));
+    }
+
+    /// Whether the app's answer was `websocket.accept` (101, or 200 on HTTP/2).
+    pub fn accepted(&self) -> bool {
+        self.state.lock().unwrap().accepted
     }
 
     /// The handshake will not complete (the server is stopping): the app's `receive()` hears

@@ -25,8 +25,12 @@ use super::callables::{WsReceive, WsSend};
 use super::exchange::WsExchange;
 use super::socket::run_socket;
 
-/// Whether `request` asks to become a WebSocket (RFC 6455, 4.1).
+/// Whether `request` asks to become a WebSocket: an HTTP/1.1 upgrade (RFC 6455, 4.1) or an
+/// HTTP/2 extended CONNECT with `:protocol websocket` (RFC 8441, 4).
 pub fn is_upgrade(request: &Request<Incoming>) -> bool {
+    if request.version() == Version::HTTP_2 {
+        return is_extended_connect(request);
+    }
     let headers = request.headers();
     let upgrade = headers
         .get(http::header::UPGRADE)
@@ -37,6 +41,15 @@ pub fn is_upgrade(request: &Request<Incoming>) -> bool {
             .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
     });
     upgrade && connection && request.version() == Version::HTTP_11
+}
+
+/// Whether `request` is an HTTP/2 extended CONNECT for a WebSocket (RFC 8441, 4).
+fn is_extended_connect(request: &Request<Incoming>) -> bool {
+    request.method() == Method::CONNECT
+        && request
+            .extensions()
+            .get::<hyper::ext::Protocol>()
+            .is_some_and(|protocol| protocol.as_str().eq_ignore_ascii_case("websocket"))
 }
 
 /// Whether `key` is what RFC 6455 4.1 asks of `Sec-WebSocket-Key`: 16 bytes in base64, so 22
@@ -53,6 +66,16 @@ fn is_handshake_key(key: &[u8]) -> bool {
 /// What makes `request` no valid opening handshake (RFC 6455 4.2.1), as the 400's text.
 fn handshake_problem(request: &Request<Incoming>) -> Option<&'static str> {
     let headers = request.headers();
+    if request.version() == Version::HTTP_2 {
+        // RFC 8441 5: no key (the stream is the handshake), the version as on HTTP/1.1.
+        return match headers.get(http::header::SEC_WEBSOCKET_VERSION) {
+            None => Some("Missing Sec-WebSocket-Version header"),
+            Some(version) if version.as_bytes() != b"13" => {
+                Some("Unsupported Sec-WebSocket-Version: this server speaks 13")
+            }
+            Some(_) => None,
+        };
+    }
     if request.method() != Method::GET {
         return Some("WebSocket handshake needs the GET method");
     }
@@ -100,19 +123,25 @@ pub async fn upgrade(
             &server.settings,
         );
         let headers = refused.headers_mut();
-        headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        if request.version() != Version::HTTP_2 {
+            headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
         headers.insert(
             http::header::SEC_WEBSOCKET_VERSION,
             HeaderValue::from_static("13"),
         );
         return refused;
     }
-    let key = request.headers()[http::header::SEC_WEBSOCKET_KEY].clone();
+    // The `Sec-WebSocket-Accept` of an HTTP/1.1 handshake; HTTP/2 has none (RFC 8441 5).
+    let accept_key = request
+        .headers()
+        .get(http::header::SEC_WEBSOCKET_KEY)
+        .filter(|_| request.version() != Version::HTTP_2)
+        .map(|key| derive_accept_key(key.as_bytes()));
     let on_upgrade = hyper::upgrade::on(&mut request);
     let (parts, _body) = request.into_parts();
     let forwarded = conn.forwarded(&parts.headers, &server.settings);
-    let (exchange, answer, ends) =
-        WsExchange::new(server.clone(), derive_accept_key(key.as_bytes()));
+    let (exchange, answer, ends) = WsExchange::new(server.clone(), accept_key);
     // Ended by `on_app_done`, which runs exactly once however the app ends.
     server.state.ws_sessions.send_modify(|open| *open += 1);
     Python::attach(|py| {
@@ -133,7 +162,7 @@ pub async fn upgrade(
             closing_response(StatusCode::SERVICE_UNAVAILABLE, &server.settings)
         }
     };
-    let accepted = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+    let accepted = exchange.accepted();
     let target = parts
         .uri
         .path_and_query()
