@@ -116,8 +116,15 @@ class Config:
 
     @property
     def use_subprocess(self) -> bool:
-        """Whether a parent process supervises workers (``--reload`` or ``--workers``)."""
-        return bool(self.reload or self.workers > 1)
+        """Whether a parent process supervises workers (``--reload``, ``--workers``, or a
+        worker recycling option)."""
+        return bool(self.reload or self.workers > 1 or self.recycles_workers)
+
+    @property
+    def recycles_workers(self) -> bool:
+        """Whether a worker is replaced past a memory or age limit, which takes a parent
+        process even for one worker."""
+        return self.workers_max_rss is not None or self.workers_lifetime is not None
 
     @property
     def should_reload(self) -> bool:

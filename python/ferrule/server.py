@@ -76,7 +76,7 @@ def _run(app: Any, **options: Any) -> int:
     reload_options = config.reload_dirs or config.reload_includes or config.reload_excludes
     if reload_options and not config.reload:
         logger.warning("The reload options have no effect without reload (--reload).")
-    if config.reload or config.workers > 1:
+    if config.use_subprocess:
         if not isinstance(config.app, str):
             logger.error(
                 "You must pass the application as an import string to enable 'reload' or 'workers'."
@@ -90,6 +90,10 @@ def _run(app: Any, **options: Any) -> int:
         if config.reload:
             if config.workers > 1:
                 logger.warning('"workers" flag is ignored when reloading is enabled.')
+            if config.recycles_workers:
+                logger.warning(
+                    "--workers-max-rss and --workers-lifetime have no effect with --reload."
+                )
             return Reloader(config).run()
         return Supervisor(config).run()
     return serve(config)

@@ -1,0 +1,131 @@
+"""Worker recycling: ``--workers-max-rss``, ``--workers-lifetime`` (granian's names) and
+``--limit-max-requests`` under a supervisor replace a worker the way SIGHUP does, its successor
+serving before it stops, so that a client sending requests all along sees no error
+(``leak_app``)."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+from serverutil import (
+    ServerProcess,
+    ferrule_command,
+    pid_alive,
+    poll,
+    run_to_exit,
+    running_server,
+)
+
+#: How long each worker's lifespan startup takes in these tests. A worker stopped before its
+#: successor serves leaves the port with no one accepting for that long at least.
+STARTUP_SECONDS = 2.0
+#: The slowest answer a client may get while workers are replaced: well under the startup, well
+#: over what a loaded machine takes for one request.
+SLOWEST = 1.2
+
+
+@dataclass
+class Traffic:
+    """What a client saw while it kept sending requests."""
+
+    pids: list[int] = field(default_factory=list)
+    slowest: float = 0.0
+    requests: int = 0
+
+    @property
+    def distinct(self) -> list[int]:
+        return list(dict.fromkeys(self.pids))
+
+
+def keep_sending(
+    server: ServerProcess, path: str, until: float, *, pause: float = 0.02, enough: int = 0
+) -> Traffic:
+    """Requests to ``path`` one after another, each on a new connection (as separate clients),
+    until ``until`` (a ``time.monotonic()``) or ``enough`` distinct worker pids answered. Every
+    answer must be a 200; a transport error fails the test at once."""
+    traffic = Traffic()
+    while time.monotonic() < until:
+        started = time.monotonic()
+        with httpx.Client(timeout=5, trust_env=False) as client:
+            response = client.get(f"{server.base_url}{path}")
+        took = time.monotonic() - started
+        assert response.status_code == 200, (response.status_code, server.describe())
+        traffic.slowest = max(traffic.slowest, took)
+        traffic.requests += 1
+        traffic.pids.append(response.json()["pid"])
+        if enough and len(traffic.distinct) >= enough:
+            break
+        time.sleep(pause)
+    return traffic
+
+
+def first_answer(server: ServerProcess) -> int:
+    """The pid of the first worker, once it serves (its startup is slow on purpose)."""
+    return poll(lambda: server.get("/").json()["pid"], timeout=15, what="the first worker")
+
+
+SLOW_START = {"FERRULE_TEST_STARTUP_SECONDS": str(STARTUP_SECONDS)}
+
+
+def test_workers_max_rss_replaces_a_leaking_worker_with_no_failed_request() -> None:
+    """Rule: with ``--workers-max-rss 120`` and one worker, a worker that keeps 4 MiB per
+    request passes 120 MiB and is replaced while a client keeps sending requests: every
+    answer is a 200, none waits for a worker to start, a new pid answers, the parent logs the
+    RSS against the limit, and the old worker exits. Broken: the option unknown (exit 2), the
+    RSS never read (the same pid answers for the whole 15 s), or the old worker stopped before
+    its successor served (a request waits the 2 s startup)."""
+    env = {**SLOW_START, "FERRULE_TEST_LEAK_MIB": "4"}
+    with running_server("leak_app:app", "--workers-max-rss", "120", env=env) as server:
+        first = first_answer(server)
+        traffic = keep_sending(server, "/leak", time.monotonic() + 15, pause=0.05, enough=2)
+        assert len(traffic.distinct) >= 2, (traffic, server.describe())
+        assert traffic.distinct[0] == first
+        assert traffic.slowest < SLOWEST, (traffic.slowest, server.describe())
+        log = server.describe()
+        match = re.search(
+            rf"Worker \[{first}\] past --workers-max-rss \((\d+) MiB > 120 MiB\): replacing it",
+            log,
+        )
+        assert match and int(match.group(1)) > 120, log
+        poll(lambda: not pid_alive(first), timeout=10, what="the replaced worker to exit")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_workers_lifetime_replaces_workers_with_no_failed_request(workers: int) -> None:
+    """Rule: with ``--workers-lifetime 2`` each worker is replaced after 2 to 2.2 s, its
+    successor serving first, while a client keeps sending requests: every answer is a 200
+    and (with one worker, where nobody else would accept) none waits for a worker to start;
+    more workers than ``--workers`` answer in 12 s. Broken: the option unknown (exit 2), no
+    recycling with ``--workers 1`` (no parent process to do it: one pid throughout), or the
+    old worker stopped first (a request waits the 2 s startup)."""
+    with running_server(
+        "leak_app:app",
+        "--workers-lifetime",
+        "2",
+        "--workers",
+        str(workers),
+        env=SLOW_START,
+    ) as server:
+        first_answer(server)
+        traffic = keep_sending(server, "/", time.monotonic() + 12, enough=workers + 2)
+        assert len(traffic.distinct) >= workers + 2, (traffic.distinct, server.describe())
+        if workers == 1:
+            assert traffic.slowest < SLOWEST, (traffic.slowest, server.describe())
+        assert "past --workers-lifetime" in server.describe(), server.describe()
+        assert server.returncode is None, server.describe()
+
+
+@pytest.mark.parametrize("option", ["--workers-max-rss", "--workers-lifetime"])
+@pytest.mark.parametrize("value", ["0", "-5", "lots"])
+def test_bad_recycling_limits_are_usage_errors(option: str, value: str) -> None:
+    """Rule: a limit of 0, a negative one or one that is no number is a usage error (exit 2)
+    naming the option. Broken: the server started with it (0 would replace workers in a
+    loop), or a traceback."""
+    result = run_to_exit(ferrule_command("leak_app:app", option, value), timeout=20)
+    assert result.returncode == 2, result.describe()
+    assert f"argument {option}:" in result.stderr, result.describe()
+    assert "Traceback" not in result.stderr, result.describe()
