@@ -129,3 +129,30 @@ def test_bad_recycling_limits_are_usage_errors(option: str, value: str) -> None:
     assert result.returncode == 2, result.describe()
     assert f"argument {option}:" in result.stderr, result.describe()
     assert "Traceback" not in result.stderr, result.describe()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param(("--workers", "1", "--workers-lifetime", "3600"), id="one-worker"),
+        pytest.param(("--workers", "2"), id="two-workers"),
+    ],
+)
+def test_limit_max_requests_replaces_a_worker_once_its_successor_serves(
+    options: tuple[str, ...],
+) -> None:
+    """Rule: under a parent process, a worker past ``--limit-max-requests 5`` asks to be
+    replaced and serves on until its successor does: a client sending requests all along
+    gets a 200 each time, never waits for a worker to start (with one worker: the port would
+    have no one accepting), and sees the workers change. Broken: the worker stopping itself
+    at the limit, its successor started only once it had exited (a request waits the 2 s
+    startup; seen so before the worker asked its parent)."""
+    with running_server(
+        "leak_app:app", "--limit-max-requests", "5", *options, env=SLOW_START
+    ) as server:
+        first_answer(server)
+        traffic = keep_sending(server, "/", time.monotonic() + 15, pause=0.05, enough=4)
+        assert len(traffic.distinct) >= 4, (traffic.distinct, server.describe())
+        assert traffic.slowest < SLOWEST, (traffic.slowest, server.describe())
+        assert "past --limit-max-requests: replacing it" in server.describe()
+        assert "finished; starting a new one" not in server.describe()

@@ -121,6 +121,12 @@ class Config:
         return bool(self.reload or self.workers > 1 or self.recycles_workers)
 
     @property
+    def max_requests_stops(self) -> bool:
+        """Whether the server stops itself after ``max_requests``: not a supervisor's worker,
+        which asks to be replaced instead (its successor serves before it stops)."""
+        return self.heartbeat_fd is None
+
+    @property
     def recycles_workers(self) -> bool:
         """Whether a worker is replaced past a memory or age limit, which takes a parent
         process even for one worker."""

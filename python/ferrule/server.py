@@ -33,7 +33,7 @@ from ferrule.interface import InterfaceError, wsgi_middleware
 from ferrule.lifespan import Lifespan, LifespanFailure
 from ferrule.message_log import MessageLogger
 from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
-from ferrule.supervisor import Reloader, Supervisor
+from ferrule.supervisor import REPLACE_ME, Reloader, Supervisor
 
 logger = logging.getLogger("ferrule.error")
 
@@ -280,6 +280,14 @@ class Server:
         while not self.should_exit:
             await self._woken_or_stopped(timeout=0.1)
             await self.on_tick()
+            if self._heartbeat is not None and not self._heartbeat.asked_replacement:
+                if self._http.max_requests_reached:
+                    logger.warning(
+                        "Maximum request limit of %d exceeded. Serving until the parent "
+                        "process's new worker does.",
+                        self.limit_max_requests,
+                    )
+                    self._heartbeat.ask_replacement()
             if self._stopped.done():
                 self._stopped.result()  # a failure of the server core, raised here
                 logger.warning(
@@ -445,6 +453,7 @@ class Heartbeat:
         os.set_blocking(fd, False)
         os.set_inheritable(fd, False)  # not to the app's own subprocesses
         self.handle: asyncio.TimerHandle | None = None
+        self.asked_replacement = False
         self._beat()
 
     def _beat(self) -> None:
@@ -455,6 +464,18 @@ class Heartbeat:
         except OSError:  # the supervisor is gone
             return
         self.handle = self.loop.call_later(self.interval, self._beat)
+
+    def ask_replacement(self) -> None:
+        """Tells the supervisor this worker is past ``--limit-max-requests``: it starts a
+        successor, and stops this worker once that one serves. Tried again on the next call
+        while the pipe is full."""
+        try:
+            os.write(self.fd, REPLACE_ME)
+        except BlockingIOError:
+            return
+        except OSError:  # the supervisor is gone
+            pass
+        self.asked_replacement = True
 
     def stop(self) -> None:
         if self.handle is not None:
