@@ -5,11 +5,14 @@ serving before it stops, so that a client sending requests all along sees no err
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
@@ -140,6 +143,48 @@ def test_a_keep_alive_client_sees_no_error_while_workers_are_replaced() -> None:
                 assert response.status_code == 200, server.describe()
                 pids.append(response.json()["pid"])
         assert len(set(pids)) >= 3, (set(pids), server.describe())
+
+
+def test_a_successor_that_fails_to_start_leaves_the_old_worker_serving(tmp_path: Path) -> None:
+    """Rule: with ``--workers-lifetime 2``, while the app cannot be imported (a broken deploy)
+    each successor exits 3 and is given up, the old worker serving on past its lifetime, and
+    the replacement is tried again later: once the app imports again, a new worker takes
+    over. Broken: the parent stopping on the successor's exit 3 (as for a worker that never
+    served), the old worker retired regardless (requests fail), or no retry (the old pid
+    answers for ever)."""
+    flag = tmp_path / "broken"
+    env = {"FERRULE_TEST_BROKEN_FLAG": str(flag)}
+    with running_server("leak_app:app", "--workers-lifetime", "2", env=env) as server:
+        first = first_answer(server)
+        flag.touch()
+        server.wait_for_output(
+            rf"New worker \[\d+\] did not start serving \(exit status 3\); keeping worker "
+            rf"\[{first}\]",
+            timeout=20,
+        )
+        for _ in range(5):
+            assert server.get("/").json()["pid"] == first
+        flag.unlink()
+        poll(
+            lambda: server.get("/").json()["pid"] != first,
+            timeout=30,
+            what="a new worker once the app imports again",
+        )
+        assert server.returncode is None, server.describe()
+
+
+def test_the_supervisor_counts_replacements_by_reason() -> None:
+    """Rule: the parent process's ``Supervisor.restarts`` (read by metrics) counts the workers
+    it replaced, by reason: a killed worker as ``crash``, each worker past its lifetime as
+    ``lifetime``, every reason present from the start. Broken: a reason missing, or a
+    replacement counted under the wrong one or not at all."""
+    result = run_to_exit([sys.executable, "restarts_script.py", "7"], timeout=60)
+    assert result.returncode == 0, result.describe()
+    restarts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(restarts) == {"crash", "health_check", "max_requests", "max_rss", "lifetime"}
+    assert restarts["crash"] == 1, restarts
+    assert restarts["lifetime"] >= 2, (restarts, result.describe())
+    assert restarts["health_check"] == restarts["max_requests"] == restarts["max_rss"] == 0
 
 
 def refused(server: ServerProcess) -> bool:

@@ -1,7 +1,8 @@
 """An app that leaks on purpose, for worker recycling: ``/leak`` keeps the memory it allocates
 (``FERRULE_TEST_LEAK_MIB``, 8 by default) in a module-level list; every path answers with the
 process id and its resident memory. Its lifespan startup takes ``FERRULE_TEST_STARTUP_SECONDS``
-(0 by default): a worker that stopped before its successor served would leave a gap that long."""
+(0 by default): a worker that stopped before its successor served would leave a gap that long.
+It fails to import while the file ``FERRULE_TEST_BROKEN_FLAG`` names exists."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from asgi_helpers import send_json
 
 LEAK = int(os.environ.get("FERRULE_TEST_LEAK_MIB", "8")) * 1024 * 1024
 STARTUP_SECONDS = float(os.environ.get("FERRULE_TEST_STARTUP_SECONDS", "0"))
+#: While a file is at this path, the module raises at import (a broken deploy).
+BROKEN_FLAG = os.environ.get("FERRULE_TEST_BROKEN_FLAG")
+if BROKEN_FLAG and os.path.exists(BROKEN_FLAG):
+    raise RuntimeError("broken on purpose")
 KEPT: list[bytes] = []
 
 
