@@ -283,17 +283,18 @@ class Supervisor:
                 logger.info("Worker [%d] serves; stopping worker [%d]", new.pid, worker.pid)
             elif new.process.poll() is not None or now - new.started > self._startup_grace:
                 worker.successor = None
-                if new.process.poll() is None:
+                status = new.process.poll()
+                if status is None:
                     new.process.kill()
-                new.process.wait()
+                    new.process.wait()
                 new.close()
                 logger.error(
                     "New worker [%d] did not start serving (%s); keeping worker [%d], and "
                     "trying again in %g s",
                     new.pid,
-                    f"exit status {new.process.returncode}"
-                    if new.process.returncode >= 0
-                    else f"not within {self._startup_grace:g} seconds",
+                    f"not within {self._startup_grace:g} seconds"
+                    if status is None
+                    else f"exit status {status}",
                     worker.pid,
                     self.recycle_delay,
                 )
