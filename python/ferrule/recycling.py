@@ -52,7 +52,8 @@ class Recycling:
         rss = self.rss(pid)
         if rss is None or rss <= self.max_rss * MIB:
             return None
-        return f"--workers-max-rss ({rss // MIB} MiB > {self.max_rss} MiB)"
+        # Rounded up: a worker just past the limit does not read as at it.
+        return f"--workers-max-rss ({-(-rss // MIB)} MiB > {self.max_rss} MiB)"
 
     def over_lifetime(self, end: float | None, started: float, now: float) -> str | None:
         """Why a worker started at ``started``, due at ``end``, is past its lifetime, or None."""
