@@ -20,7 +20,7 @@ from typing import Any
 from ferrule import tls
 from ferrule._bridge import new_event_loop
 from ferrule._ferrule import Bridge, HttpServer
-from ferrule._logging import TRACE, apply_log_config, configure_logging
+from ferrule._logging import TRACE, configure_logging
 from ferrule.config import (
     STARTUP_FAILURE,
     AppLoadError,
@@ -52,14 +52,17 @@ def run(app: Any, **options: Any) -> int:
     return status
 
 
-run.__signature__ = settings_signature("app")  # type: ignore[attr-defined]
+#: The notify hooks are uvicorn's ``Config``'s only.
+run.__signature__ = settings_signature(  # type: ignore[attr-defined]
+    "app", leaving=("callback_notify", "timeout_notify")
+)
 
 
 def _run(app: Any, **options: Any) -> int:
     config = Config(app=app, **options)
     try:
-        if config.log_config is not None:
-            apply_log_config(config.log_config)
+        if config.log_config_problem is not None:
+            raise ValueError(config.log_config_problem)
         if config.env_file is not None:
             load_env_file(config.env_file)
             if options.get("workers") is None:  # as uvicorn, the file may set it
@@ -69,16 +72,16 @@ def _run(app: Any, **options: Any) -> int:
         if config.interface == "wsgi":  # before any worker fails on it, again and again
             wsgi_middleware()
     except (ValueError, InterfaceError) as exc:
-        configure_logging(config.log_level_number, config.use_colors)
+        _configure_logging(config)
         logger.error("%s", exc)
         return STARTUP_FAILURE
-    configure_logging(config.log_level_number, config.use_colors)
+    _configure_logging(config)
     reload_options = config.reload_dirs or config.reload_includes or config.reload_excludes
     if reload_options and not config.reload:
         logger.warning("The reload options have no effect without reload (--reload).")
     if config.use_subprocess:
         if not isinstance(config.app, str):
-            logger.error(
+            logger.warning(  # uvicorn's level for it, though the server then exits 3
                 "You must pass the application as an import string to enable 'reload' or 'workers'."
             )
             return STARTUP_FAILURE
@@ -99,17 +102,18 @@ def _run(app: Any, **options: Any) -> int:
     return serve(config)
 
 
+def _configure_logging(config: Config) -> None:
+    given = config.log_level is not None
+    configure_logging(config.log_level_number, config.use_colors, given=given)
+
+
 def serve_worker(config: Config) -> int:
     """A worker process's life (``ferrule.worker``): the parent's log config and logging, then
     ``serve`` on the inherited socket."""
-    try:
-        if config.log_config is not None:
-            apply_log_config(config.log_config)
-    except ValueError as exc:
-        configure_logging(config.log_level_number, config.use_colors)
-        logger.error("%s", exc)
+    _configure_logging(config)
+    if config.log_config_problem is not None:
+        logger.error("%s", config.log_config_problem)
         return STARTUP_FAILURE
-    configure_logging(config.log_level_number, config.use_colors)
     return serve(config)
 
 
@@ -186,7 +190,7 @@ class Server:
         self._bridge: Bridge | None = None
         self._heartbeat: Heartbeat | None = None
         self._socket_file: tuple[int, int] | None = None
-        self._shutting_down = False
+        self._shutdown_done: asyncio.Future[None] | None = None
 
     @functools.cached_property
     def limit_max_requests(self) -> int | None:
@@ -209,7 +213,11 @@ class Server:
             await self._serve(sockets)
 
     async def _serve(self, sockets: list[socket.socket] | None) -> None:
-        configure_logging(self.config.log_level_number, self.config.use_colors)
+        config = self.config
+        _configure_logging(config)
+        if config.log_config_problem is not None:
+            logger.error("%s", config.log_config_problem)
+            raise SystemExit(STARTUP_FAILURE)
         logger.info("Started server process [%d]", os.getpid())
         try:
             await self.startup(sockets)
@@ -290,6 +298,8 @@ class Server:
                     self._heartbeat.ask_replacement()
             if self._stopped.done():
                 self._stopped.result()  # a failure of the server core, raised here
+                if self._shutdown_done is not None:  # shutdown() called by the program
+                    return
                 logger.warning(
                     "Maximum request limit of %d exceeded. Terminating process.",
                     self.limit_max_requests,
@@ -309,9 +319,19 @@ class Server:
         """Stops accepting, lets requests and WebSockets in progress finish (at most
         ``timeout_graceful_shutdown``; a second signal or ``force_exit`` cancels them at once),
         then runs lifespan shutdown (not when forced)."""
-        if self._stopped is None or self._bridge is None or self._shutting_down:
-            return  # not serving, or shut down already (by serve(), or an earlier call)
-        self._shutting_down = True
+        if self._shutdown_done is not None:  # by serve() and by its caller, or called twice
+            await asyncio.shield(self._shutdown_done)
+            return
+        if self._stopped is None or self._bridge is None:
+            return  # not serving
+        self._shutdown_done = asyncio.get_running_loop().create_future()
+        try:
+            await self._shut_down(sockets)
+        finally:
+            self._shutdown_done.set_result(None)
+
+    async def _shut_down(self, sockets: list[socket.socket] | None) -> None:
+        assert self._stopped is not None and self._bridge is not None and self._http is not None
         logger.info("Shutting down")
         for server in self.servers:
             server.close()

@@ -30,6 +30,10 @@ pub struct Settings {
     /// Open connections allowed at once; accepting waits for one to close past it.
     #[pyo3(from_py_with = read::connection_limit)]
     pub connection_limit: usize,
+    /// Whether connections and WebSockets are logged as they open and close (`--log-level
+    /// trace`, uvicorn's "HTTP connection made" lines).
+    #[pyo3(attribute("log_level_number"), from_py_with = read::at_trace)]
+    pub trace_connections: bool,
     /// Whether each request is logged on `ferrule.access` (when INFO is enabled there).
     pub access_log: bool,
     /// Whether responses say `server: ferrule` (unless the app set a `server` header).
@@ -176,6 +180,11 @@ mod read {
     use super::{optional_seconds, HttpVersions, MIN_HEAD_SIZE};
     use crate::asgi::proxy::TrustedProxies;
 
+    /// `log_level_number`: whether it is at or below uvicorn's TRACE.
+    pub fn at_trace(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(value.extract::<i64>()? <= i64::from(crate::asgi::logging::TRACE))
+    }
+
     pub fn timeout_keep_alive(value: &Bound<'_, PyAny>) -> PyResult<Duration> {
         Duration::try_from_secs_f64(value.extract()?)
             .map_err(|_| PyValueError::new_err("timeout_keep_alive must be a number >= 0"))
@@ -278,7 +287,7 @@ settings = dict(
     trusted_proxies=["127.0.0.1"], http="1", websockets=True, ws_max_size=1024,
     ws_max_queue=32, ws_ping_interval=20.0, ws_ping_timeout=0, max_requests=None,
     max_requests_stops=True, timeout_graceful_shutdown=None, reset_contextvars=False,
-    http2_max_concurrent_streams=50,
+    http2_max_concurrent_streams=50, log_level_number=20,
 )
 settings.update({changes})
 config = types.SimpleNamespace(**settings)
@@ -298,6 +307,7 @@ config = types.SimpleNamespace(**settings)
             assert_eq!(settings.timeout_keep_alive, Duration::from_secs(5));
             assert_eq!(settings.limit_request_body, Some(10));
             assert!(!settings.date_header);
+            assert!(!settings.trace_connections);
             assert_eq!(settings.headers[0].0.as_str(), "x-a");
             assert_eq!(settings.headers[0].1, "1");
             assert!(settings.http.h1 && !settings.http.h2);

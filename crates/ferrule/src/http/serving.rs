@@ -16,6 +16,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::live::Stop;
+use crate::asgi::logging::{log_line, TRACE};
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
 
@@ -207,6 +208,7 @@ async fn serve_connection(
             }
         }
     };
+    let _traced = ConnectionTrace::start(&server, &conn.info);
     // The record of request heads sees the bytes after TLS, as hyper does.
     let settings = &server.settings;
     let mut recorder = Recorder::new(conn.heads.clone(), settings.max_head_size);
@@ -245,6 +247,34 @@ async fn serve_connection(
         }
     }
     let _ = serving.await;
+}
+
+/// `--log-level trace`: "HTTP connection made" once a connection is set up (after TLS), and
+/// "HTTP connection lost" when it ends however it ends, as uvicorn logs them.
+struct ConnectionTrace {
+    server: Arc<Server>,
+    client: String,
+}
+
+impl ConnectionTrace {
+    fn start(server: &Arc<Server>, info: &ConnInfo) -> Option<Self> {
+        if !server.settings.trace_connections {
+            return None;
+        }
+        let client = info.client_prefix();
+        log_line(&server.py, TRACE, &format!("{client}HTTP connection made"));
+        Some(Self {
+            server: server.clone(),
+            client,
+        })
+    }
+}
+
+impl Drop for ConnectionTrace {
+    fn drop(&mut self) {
+        let line = format!("{}HTTP connection lost", self.client);
+        log_line(&self.server.py, TRACE, &line);
+    }
 }
 
 /// When a connection is asked to finish (hyper's `graceful_shutdown`: requests in progress are

@@ -16,7 +16,7 @@ use crate::asgi::messages::{optional_field, optional_flag, parse_headers};
 use crate::asgi::responses::plain_response;
 use crate::bridge::{NativeFuture, ResumeVia};
 
-use super::exchange::{check_close, close_message, Inbound, Phase, WsExchange};
+use super::exchange::{check_close, close_message, denial_response, Inbound, Phase, WsExchange};
 
 fn message_dict<'py>(py: Python<'py>, message: Inbound) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
@@ -32,7 +32,9 @@ fn message_dict<'py>(py: Python<'py>, message: Inbound) -> PyResult<Bound<'py, P
         Inbound::Disconnect(code, reason) => {
             dict.set_item(intern!(py, "type"), intern!(py, "websocket.disconnect"))?;
             dict.set_item(intern!(py, "code"), code)?;
-            dict.set_item(intern!(py, "reason"), reason)?;
+            if let Some(reason) = reason {
+                dict.set_item(intern!(py, "reason"), reason)?;
+            }
         }
     }
     Ok(dict)
@@ -172,6 +174,9 @@ impl WsSend {
         };
         let mut headers = parse_headers(py, message)?;
         let mut state = self.exchange.state.lock().unwrap();
+        if state.phase == Phase::Closed && state.socket_ended.is_some() {
+            return Err(client_gone());
+        }
         if state.phase != Phase::Connecting {
             return Err(PyRuntimeError::new_err(format!(
                 "Unexpected ASGI message 'websocket.accept' in state {:?}",
@@ -228,16 +233,17 @@ impl WsSend {
                 let more = optional_flag(message, intern!(py, "more_body"))?;
                 if !more {
                     let (status, headers, body) = state.denial.take().expect("a denial started");
-                    let mut response = Response::new(Bytes::from(body));
-                    *response.status_mut() = status;
-                    *response.headers_mut() = headers;
-                    self.exchange
-                        .server
-                        .settings
-                        .add_default_headers(response.headers_mut());
+                    let settings = &self.exchange.server.settings;
+                    let response = denial_response(status, headers, body, settings);
                     state.phase = Phase::Closed;
                     WsExchange::answer(&mut state, response);
                 }
+            }
+            ("websocket.http.response.start", Phase::Denying) => {
+                return Err(PyRuntimeError::new_err(
+                    "Expected ASGI message 'websocket.http.response.body' but got \
+                     'websocket.http.response.start'.",
+                ))
             }
             (kind, phase) => {
                 return Err(PyRuntimeError::new_err(format!(

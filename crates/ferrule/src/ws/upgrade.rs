@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode, Version};
+use http::{HeaderValue, Method, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -13,10 +13,10 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::handles::PyHandles;
-use crate::asgi::logging::log_app_exception;
+use crate::asgi::logging::{log_app_exception, log_line, ERROR, INFO, TRACE};
 use crate::asgi::proxy::Forwarded;
 use crate::asgi::raw_head::RawHead;
-use crate::asgi::responses::{closing_response, plain_response};
+use crate::asgi::responses::{closing_response, plain_response, server_response};
 use crate::asgi::scope::build_scope;
 use crate::asgi::server::Server;
 use crate::bridge::Completion;
@@ -50,6 +50,27 @@ fn is_handshake_key(key: &[u8]) -> bool {
             .all(|&b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
 }
 
+/// What makes `request` no valid opening handshake (RFC 6455 4.2.1), as the 400's text.
+fn handshake_problem(request: &Request<Incoming>) -> Option<&'static str> {
+    let headers = request.headers();
+    if request.method() != Method::GET {
+        return Some("WebSocket handshake needs the GET method");
+    }
+    let Some(key) = headers.get(http::header::SEC_WEBSOCKET_KEY) else {
+        return Some("Missing Sec-WebSocket-Key header");
+    };
+    if !is_handshake_key(key.as_bytes()) {
+        return Some("Invalid Sec-WebSocket-Key header");
+    }
+    match headers.get(http::header::SEC_WEBSOCKET_VERSION) {
+        None => Some("Missing Sec-WebSocket-Version header"),
+        Some(version) if version.as_bytes() != b"13" => {
+            Some("Unsupported Sec-WebSocket-Version: this server speaks 13")
+        }
+        Some(_) => None,
+    }
+}
+
 /// Serves one upgrade request: the app decides the answer, and a 101 hands the connection to
 /// the socket task. The caller has counted the request in flight; the app's end uncounts it.
 pub async fn upgrade(
@@ -58,23 +79,35 @@ pub async fn upgrade(
     conn: &ConnInfo,
     server: Arc<Server>,
 ) -> Response<Bytes> {
-    let headers = request.headers();
-    let version_ok = headers
-        .get(http::header::SEC_WEBSOCKET_VERSION)
-        .is_some_and(|v| v.as_bytes() == b"13");
-    let key = headers
-        .get(http::header::SEC_WEBSOCKET_KEY)
-        .filter(|key| is_handshake_key(key.as_bytes()))
-        .cloned();
-    let (Some(key), true, &Method::GET) = (key, version_ok, request.method()) else {
+    let trace = server
+        .settings
+        .trace_connections
+        .then(|| conn.client_prefix());
+    if let Some(client) = &trace {
+        log_line(
+            &server.py,
+            TRACE,
+            &format!("{client}Upgrading to WebSocket"),
+        );
+    }
+    if let Some(problem) = handshake_problem(&request) {
         server.state.request_finished();
-        let mut refused = closing_response(StatusCode::BAD_REQUEST, &server.settings);
-        refused.headers_mut().insert(
+        let body = Bytes::from_static(problem.as_bytes());
+        let mut refused = server_response(
+            StatusCode::BAD_REQUEST,
+            "text/plain; charset=utf-8",
+            body,
+            &server.settings,
+        );
+        let headers = refused.headers_mut();
+        headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        headers.insert(
             http::header::SEC_WEBSOCKET_VERSION,
-            http::HeaderValue::from_static("13"),
+            HeaderValue::from_static("13"),
         );
         return refused;
-    };
+    }
+    let key = request.headers()[http::header::SEC_WEBSOCKET_KEY].clone();
     let on_upgrade = hyper::upgrade::on(&mut request);
     let (parts, _body) = request.into_parts();
     let forwarded = conn.forwarded(&parts.headers, &server.settings);
@@ -88,9 +121,18 @@ pub async fn upgrade(
             on_app_done(py, &exchange, Err(err));
         }
     });
-    let response = answer
-        .await
-        .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &server.settings));
+    // A shutdown does not wait for an app that never answers the handshake: 503, and the app
+    // hears the client is gone (1006), as from uvicorn.
+    let mut stopping = server.state.stopping();
+    let response = tokio::select! {
+        answer = answer => answer.unwrap_or_else(|_| {
+            plain_response(StatusCode::INTERNAL_SERVER_ERROR, &server.settings)
+        }),
+        _ = stopping.wait_for(Option::is_some) => {
+            exchange.abandon();
+            closing_response(StatusCode::SERVICE_UNAVAILABLE, &server.settings)
+        }
+    };
     let accepted = response.status() == StatusCode::SWITCHING_PROTOCOLS;
     let target = parts
         .uri
@@ -104,32 +146,27 @@ pub async fn upgrade(
         "{} - \"WebSocket {target}\" {handshake}",
         conn.client_label(&forwarded)
     );
-    log_info(&server.py, &line);
+    log_line(&server.py, INFO, &line);
     if accepted {
-        log_info(&server.py, "connection open");
+        log_line(&server.py, INFO, "connection open");
         tokio::spawn(async move {
+            let py = &exchange.server.py;
             match on_upgrade.await {
-                Ok(upgraded) => run_socket(upgraded, exchange.clone(), ends).await,
-                Err(_) => exchange.mark_closed(1006, String::new()),
+                Ok(upgraded) => {
+                    if let Some(client) = &trace {
+                        log_line(py, TRACE, &format!("{client}WebSocket connection made"));
+                    }
+                    run_socket(upgraded, exchange.clone(), ends).await;
+                    if let Some(client) = &trace {
+                        log_line(py, TRACE, &format!("{client}WebSocket connection lost"));
+                    }
+                }
+                Err(_) => exchange.mark_closed(1006, None),
             }
-            log_info(&exchange.server.py, "connection closed");
+            log_line(&exchange.server.py, INFO, "connection closed");
         });
     }
     response
-}
-
-/// A line at INFO on the error logger: uvicorn's three lines for each WebSocket (the
-/// handshake with its outcome, "connection open", "connection closed") go there too.
-fn log_info(handles: &PyHandles, line: &str) {
-    Python::attach(|py| {
-        let logged = handles
-            .error_logger
-            .bind(py)
-            .call_method1(intern!(py, "info"), (line,));
-        if let Err(err) = logged {
-            err.write_unraisable(py, None);
-        }
-    });
 }
 
 fn start_app(
@@ -210,7 +247,21 @@ fn on_app_done(py: Python<'_>, exchange: &Arc<WsExchange>, result: PyResult<Py<P
     let server = &exchange.server;
     server.state.request_finished();
     server.state.ws_sessions.send_modify(|open| *open -= 1);
-    exchange.finish_app(result.is_err());
+    // A value returned is an app error, as uvicorn has it: the ASGI callable returns None.
+    let returned = match &result {
+        Ok(value) if !value.is_none(py) => Some(format!(
+            "ASGI callable should return None, but returned '{}'.",
+            value.bind(py)
+        )),
+        _ => None,
+    };
+    let failed = result.is_err() || returned.is_some();
+    if let Some(problem) = exchange.finish_app(failed) {
+        log_line(&server.py, ERROR, problem);
+    }
+    if let Some(returned) = returned {
+        log_line(&server.py, ERROR, &returned);
+    }
     if let Err(error) = result {
         log_app_exception(py, &server.py, error);
     }
