@@ -126,8 +126,21 @@ class Config:
 
     @property
     def use_subprocess(self) -> bool:
-        """Whether a parent process supervises workers (``--reload`` or ``--workers``)."""
-        return bool(self.reload or self.workers > 1)
+        """Whether a parent process supervises workers (``--reload``, ``--workers``, or a
+        worker recycling option)."""
+        return bool(self.reload or self.workers > 1 or self.recycles_workers)
+
+    @property
+    def max_requests_stops(self) -> bool:
+        """Whether the server stops itself after ``max_requests``: not a supervisor's worker,
+        which asks to be replaced instead (its successor serves before it stops)."""
+        return self.heartbeat_fd is None
+
+    @property
+    def recycles_workers(self) -> bool:
+        """Whether a worker is replaced past a memory or age limit, which takes a parent
+        process even for one worker."""
+        return self.workers_max_rss is not None or self.workers_lifetime is not None
 
     @property
     def should_reload(self) -> bool:

@@ -33,7 +33,7 @@ from ferrule.interface import InterfaceError, wsgi_middleware
 from ferrule.lifespan import Lifespan, LifespanFailure
 from ferrule.message_log import MessageLogger
 from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
-from ferrule.supervisor import Reloader, Supervisor
+from ferrule.supervisor import REPLACE_ME, Reloader, Supervisor
 
 logger = logging.getLogger("ferrule.error")
 
@@ -79,7 +79,7 @@ def _run(app: Any, **options: Any) -> int:
     reload_options = config.reload_dirs or config.reload_includes or config.reload_excludes
     if reload_options and not config.reload:
         logger.warning("The reload options have no effect without reload (--reload).")
-    if config.reload or config.workers > 1:
+    if config.use_subprocess:
         if not isinstance(config.app, str):
             logger.warning(  # uvicorn's level for it, though the server then exits 3
                 "You must pass the application as an import string to enable 'reload' or 'workers'."
@@ -93,6 +93,10 @@ def _run(app: Any, **options: Any) -> int:
         if config.reload:
             if config.workers > 1:
                 logger.warning('"workers" flag is ignored when reloading is enabled.')
+            if config.recycles_workers:
+                logger.warning(
+                    "--workers-max-rss and --workers-lifetime have no effect with --reload."
+                )
             return Reloader(config).run()
         return Supervisor(config).run()
     return serve(config)
@@ -284,6 +288,14 @@ class Server:
         while not self.should_exit:
             await self._woken_or_stopped(timeout=0.1)
             await self.on_tick()
+            if self._heartbeat is not None and not self._heartbeat.asked_replacement:
+                if self._http.max_requests_reached:
+                    logger.warning(
+                        "Maximum request limit of %d exceeded. Serving until the parent "
+                        "process's new worker does.",
+                        self.limit_max_requests,
+                    )
+                    self._heartbeat.ask_replacement()
             if self._stopped.done():
                 # The core stopped itself (--limit-max-requests, which it logged), or failed:
                 # its failure is raised here.
@@ -457,6 +469,7 @@ class Heartbeat:
         os.set_blocking(fd, False)
         os.set_inheritable(fd, False)  # not to the app's own subprocesses
         self.handle: asyncio.TimerHandle | None = None
+        self.asked_replacement = False
         self._beat()
 
     def _beat(self) -> None:
@@ -467,6 +480,18 @@ class Heartbeat:
         except OSError:  # the supervisor is gone
             return
         self.handle = self.loop.call_later(self.interval, self._beat)
+
+    def ask_replacement(self) -> None:
+        """Tells the supervisor this worker is past ``--limit-max-requests``: it starts a
+        successor, and stops this worker once that one serves. Tried again on the next call
+        while the pipe is full."""
+        try:
+            os.write(self.fd, REPLACE_ME)
+        except BlockingIOError:
+            return
+        except OSError:  # the supervisor is gone
+            pass
+        self.asked_replacement = True
 
     def stop(self) -> None:
         if self.handle is not None:

@@ -67,6 +67,9 @@ pub struct Settings {
     pub ws_ping_timeout: Option<Duration>,
     /// Requests to serve before the server stops itself (`--limit-max-requests` with its jitter).
     pub max_requests: Option<u64>,
+    /// Whether the server stops itself at `max_requests`; a supervisor's worker instead asks
+    /// to be replaced, and serves on until its successor does.
+    pub max_requests_stops: bool,
     /// HTTP/2 streams one connection may have open at once.
     pub http2_max_concurrent_streams: u32,
     /// How long shutdown waits for requests in progress before cancelling them; `None`: forever.
@@ -283,8 +286,8 @@ settings = dict(
     date_header=False, headers=[(" x-a ", " 1 ")], proxy_headers=True,
     trusted_proxies=["127.0.0.1"], http="1", websockets=True, ws_max_size=1024,
     ws_max_queue=32, ws_ping_interval=20.0, ws_ping_timeout=0, max_requests=None,
-    timeout_graceful_shutdown=None, reset_contextvars=False, http2_max_concurrent_streams=50,
-    log_level_number=20,
+    max_requests_stops=True, timeout_graceful_shutdown=None, reset_contextvars=False,
+    http2_max_concurrent_streams=50, log_level_number=20,
 )
 settings.update({changes})
 config = types.SimpleNamespace(**settings)

@@ -49,7 +49,7 @@ pub(super) async fn accept_loop(
         tls,
     });
     let permits = Arc::new(Semaphore::new(server.settings.connection_limit));
-    // Once asked to stop, connections still arriving are taken for FIRST_REQUEST_GRACE more, as
+    // Once asked to stop, connections still arriving are taken for NEXT_REQUEST_GRACE more, as
     // uvicorn notices its stop up to 0.1 s late: a client that connected just before (the
     // second of two requests sent at once when --limit-max-requests is reached) is answered
     // rather than reset in the backlog.
@@ -64,7 +64,7 @@ pub(super) async fn accept_loop(
         let accepted = tokio::select! {
             biased;
             _ = stop.wait_for(Option::is_some), if accept_until.is_none() => {
-                accept_until = Some(tokio::time::Instant::now() + FIRST_REQUEST_GRACE);
+                accept_until = Some(tokio::time::Instant::now() + NEXT_REQUEST_GRACE);
                 continue;
             }
             () = last_call => break,
@@ -336,13 +336,15 @@ impl FinishWhen {
             _ = self.stopping.wait_for(|stop| *stop) => true,
             () = idle => false,
         };
-        if stopped && !self.conn.heads.first_request_seen() {
-            // A client that connected before the stop may have its request on the way (two
-            // requests at once when --limit-max-requests is reached): a moment to let it in,
-            // so that it is answered rather than reset. No wake-up is needed for the flag: it
-            // is set while the connection is polled, in this task.
-            let first_request = std::future::poll_fn(|_| {
-                if self.conn.heads.first_request_seen() {
+        if stopped && !self.conn.heads.http2() {
+            // HTTP/1.1 cannot tell a client that its next request will not be read, so one on
+            // its way as an idle connection closes is reset: a moment to let it in (a new
+            // connection's first request too), answered with `connection: close`. HTTP/2's
+            // GOAWAY says which streams were left, for the client to send again. No wake-up is
+            // needed for the count: it grows while the connection is polled, in this task.
+            let before = self.conn.heads.requests();
+            let next_request = std::future::poll_fn(|_| {
+                if self.conn.heads.requests() > before {
                     Poll::Ready(())
                 } else {
                     Poll::Pending
@@ -351,8 +353,8 @@ impl FinishWhen {
             tokio::select! {
                 biased;
                 output = &mut connection => return output,
-                () = first_request => {}
-                () = tokio::time::sleep(FIRST_REQUEST_GRACE) => {}
+                () = next_request => {}
+                () = tokio::time::sleep(NEXT_REQUEST_GRACE) => {}
             }
         }
         graceful_shutdown(connection.as_mut());
@@ -360,6 +362,7 @@ impl FinishWhen {
     }
 }
 
-/// How long a connection that has sent no request yet may still deliver its first one once the
-/// server stops: uvicorn notices its stop at most 0.1 s late, and serves what arrives meanwhile.
-const FIRST_REQUEST_GRACE: Duration = Duration::from_millis(100);
+/// How long an HTTP/1.1 connection may still deliver its next request (a new one its first)
+/// once the server stops: uvicorn notices its stop at most 0.1 s late, and serves what arrives
+/// meanwhile; a client busy on a keep-alive connection sends more often than that.
+const NEXT_REQUEST_GRACE: Duration = Duration::from_millis(100);
