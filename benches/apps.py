@@ -7,6 +7,7 @@
     GET  /stream  a streamed response: 256 chunks of 1 KiB, no content-length (chunked)
     POST /echo    reads the request body (10 KiB in the benchmark) and sends it back
     GET  /cpu     CPU-bound work (about 1 ms of pure Python), used by the collision stress
+    WS   any      a WebSocket that echoes each message (the idle-memory benchmark's sockets)
 
 Every fixed-size response carries a content-length, so no server falls back to chunked framing.
 """
@@ -93,6 +94,17 @@ async def cpu(receive, send) -> None:
     await send_body(send, str(burn_cpu()).encode())
 
 
+async def websocket_echo(receive, send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.connect":
+            await send({"type": "websocket.accept"})
+        elif message["type"] == "websocket.receive":
+            await send({"type": "websocket.send", "text": message.get("text") or ""})
+        else:
+            return
+
+
 ROUTES = {
     "/hello": hello,
     "/sleep": sleep3,
@@ -113,6 +125,9 @@ async def app(scope, receive, send):
             elif message["type"] == "lifespan.shutdown":
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+    if scope["type"] == "websocket":
+        await websocket_echo(receive, send)
+        return
     if scope["type"] != "http":
         return
     handler = ROUTES.get(scope["path"])

@@ -6,7 +6,8 @@
 # --system-site-packages (so it sees the ferrule installed in the base Python, unless one is
 # installed into the venv itself), and runs the end-to-end tests selected below with
 # scripts/uvicorn_suite_plugin.py, which binds uvicorn.Config/Server/run (and the same names
-# in uvicorn.config, uvicorn.server, uvicorn.main) to ferrule's and changes nothing else.
+# in uvicorn.config, uvicorn.server, uvicorn.main) and uvicorn's Multiprocess supervisor to
+# ferrule's, and changes nothing else.
 # uvicorn itself is importable from the unpacked sdist (PYTHONPATH): the tests import its
 # modules (_types, protocol classes, ServerState, LOGGING_CONFIG...).
 #

@@ -3,9 +3,10 @@
 It only maps names. Before any test module is imported, the public names through which
 uvicorn's tests reach the server (``uvicorn.Config``, ``uvicorn.Server``, ``uvicorn.run`` and
 the same objects in ``uvicorn.config``, ``uvicorn.server`` and ``uvicorn.main``) are bound to
-ferrule's ``Config``, ``Server`` and ``run``. No test is edited, skipped or marked, and nothing
-that ferrule lacks is added: a missing method, option or log line fails the test that needs
-it, which is what the suite measures.
+ferrule's ``Config``, ``Server`` and ``run``, and ``uvicorn.supervisors.Multiprocess`` to
+ferrule's ``Supervisor`` (the supervisor of ``--workers``). No test is edited, skipped or
+marked, and nothing that ferrule lacks is added: a missing method, option or log line fails
+the test that needs it, which is what the suite measures.
 
 The rest of uvicorn stays uvicorn's: its protocol classes (which some tests pass as
 ``http=``/``ws=``), ``ServerState``, ``LOGGING_CONFIG``, ``STARTUP_FAILURE`` (3 in both).
@@ -30,6 +31,7 @@ from typing import Any
 
 import ferrule
 import pytest
+from ferrule.supervisor import Supervisor
 
 # module -> {name: ferrule object}; every place a selected test (or tests/utils.py, the helper
 # they share) imports Config, Server or run from.
@@ -38,6 +40,8 @@ MAPPING: dict[str, dict[str, Any]] = {
     "uvicorn.config": {"Config": ferrule.Config},
     "uvicorn.server": {"Server": ferrule.Server},
     "uvicorn.main": {"Config": ferrule.Config, "Server": ferrule.Server, "run": ferrule.run},
+    # The supervisor of --workers, which test_main.py stubs out to see what the parent does.
+    "uvicorn.supervisors": {"Multiprocess": Supervisor},
 }
 
 _failures: list[dict[str, Any]] = []

@@ -200,3 +200,37 @@ def test_signal_is_raised_again_for_the_programs_handler() -> None:
     result = run_to_exit([sys.executable, "-c", RERAISE], timeout=30)
     assert result.returncode == 0, result.describe()
     assert "program's handler ran: True" in result.stdout, result.describe()
+
+
+SERVE_THEN_SHUTDOWN = """
+import asyncio
+import ferrule
+
+async def app(scope, receive, send):
+    if scope["type"] == "http":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+async def main():
+    server = ferrule.Server(ferrule.Config(app, port=0, lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    await server.shutdown()
+    await task
+    print("shut down:", server.started)
+
+asyncio.run(main())
+"""
+
+
+def test_shutdown_called_while_serve_runs() -> None:
+    """Rule: ``shutdown()`` called by the program while ``serve()`` runs as a task (uvicorn's
+    test helpers do this) returns once the server has stopped, and the stop is not reported as
+    the request limit. Broken: serve() closed the core under the waiting shutdown(), which
+    raised AttributeError on ``None.in_flight``, and "Maximum request limit" was logged (seen
+    before both calls waited for one shutdown)."""
+    result = run_to_exit([sys.executable, "-c", SERVE_THEN_SHUTDOWN], timeout=30)
+    assert result.returncode == 0, result.describe()
+    assert "shut down: False" in result.stdout, result.describe()
+    assert "Maximum request limit" not in result.stderr, result.describe()

@@ -208,12 +208,131 @@ def test_log_level_trace_logs_asgi_messages() -> None:
     lines), and ``info`` does not. Broken: trace showing nothing more than info."""
     with running_server("hello_app:app", "--log-level", "trace") as srv:
         srv.get("/")
-        srv.wait_for_output(r"TRACE: +ASGI \[\d+\] Send \{'type': 'http.response.start'", 5)
+        sent = r"TRACE: +(\S+ - )?ASGI \[\d+\] Send \{'type': 'http.response.start'"
+        srv.wait_for_output(sent, 5)
         assert re.search(r"ASGI \[\d+\] Started scope=\{.*'path': '/'", srv.stderr)
         assert re.search(r"ASGI \[\d+\] Completed", srv.stderr), srv.describe()
     with running_server("hello_app:app", "--log-level", "info") as srv:
         srv.get("/")
     assert "ASGI [" not in srv.stderr, srv.describe()
+
+
+def test_log_level_trace_logs_connections_as_uvicorn() -> None:
+    """Rule: ``--log-level trace`` logs each connection and WebSocket as uvicorn does ("HTTP
+    connection made/lost", "Upgrading to WebSocket", "WebSocket connection made/lost", each
+    after the peer's address), and ASGI message lines begin with the peer too. Broken: none
+    of these lines (seen before the server core logged them)."""
+    from websockets.sync.client import connect
+
+    with running_server("dropin_apps:ClassApp", "--log-level", "trace") as srv:
+        srv.get("/")
+        with connect(f"ws://127.0.0.1:{srv.port}/ws", open_timeout=5) as ws:
+            ws.send("hi")
+            assert ws.recv(timeout=5) == "echo hi"
+        for line in (
+            "HTTP connection made",
+            "HTTP connection lost",
+            "Upgrading to WebSocket",
+            "WebSocket connection made",
+            "WebSocket connection lost",
+        ):
+            srv.wait_for_output(rf"TRACE: +127\.0\.0\.1:\d+ - {line}", 5)
+        assert re.search(r"TRACE: +127\.0\.0\.1:\d+ - ASGI \[\d+\] Started", srv.stderr)
+    with running_server("hello_app:app", "--log-level", "debug") as srv:
+        srv.get("/")
+    assert "connection made" not in srv.stderr, srv.describe()
+
+
+UVICORN_LOGGERS_SCRIPT = """
+import asyncio, logging, socket
+import ferrule
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        raise RuntimeError("no lifespan here")
+    await send({"type": "http.response.start", "status": 204, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+seen = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        seen.append((record.name, record.getMessage()))
+
+log_config = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"null": {"class": "logging.NullHandler"}},
+    "loggers": {
+        "uvicorn": {"handlers": ["null"], "level": "INFO", "propagate": False},
+        "uvicorn.access": {"handlers": ["null"], "level": "INFO", "propagate": False},
+    },
+}
+config = ferrule.Config(app, port=0, log_config=log_config)
+keep = Keep()
+logging.getLogger("uvicorn.access").addHandler(keep)
+logging.getLogger("uvicorn").addHandler(keep)
+# As pytest's caplog does: also on every logger that does not propagate.
+for logger in logging.Logger.manager.loggerDict.values():
+    if isinstance(logger, logging.Logger) and not logger.propagate:
+        logger.addHandler(keep)
+
+async def main():
+    server = ferrule.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET / HTTP/1.1\\r\\nHost: t\\r\\nConnection: close\\r\\n\\r\\n")
+    await reader.read()
+    writer.close()
+    await server.shutdown()
+    await task
+
+asyncio.run(main())
+for name, message in seen:
+    print(f"{name}|{message}")
+"""
+
+
+def test_handlers_on_uvicorn_loggers_see_each_line_once_under_uvicorns_names() -> None:
+    """Rule: ``Config(log_config=...)`` is applied when the Config is made, as uvicorn's is,
+    so handlers a program (or pytest's caplog) adds to the uvicorn loggers afterwards stay;
+    they get each of the server's lines once, named ``uvicorn.error``/``uvicorn.access``, in
+    uvicorn's order ("Application startup complete." even when lifespan is unsupported).
+    Broken: nothing seen (the log config, applied at serve time, removed the handlers), every
+    line twice (ferrule's loggers did not propagate, so caplog attached to them too), names
+    ``ferrule.*``, no "Application startup complete." (each seen before)."""
+    result = run_to_exit([sys.executable, "-c", UVICORN_LOGGERS_SCRIPT], timeout=30)
+    assert result.returncode == 0, result.describe()
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(set(lines)), result.describe()
+    messages = [line.split("|", 1)[1] for line in lines]
+    expected = [
+        "Started server process",
+        "Waiting for application startup.",
+        "ASGI 'lifespan' protocol appears unsupported.",
+        "Application startup complete.",
+        "ferrule running on http://127.0.0.1:",
+        '"GET / HTTP/1.1" 204',
+        "Shutting down",
+    ]
+    for want, got in zip(expected, messages, strict=False):
+        assert want in got, result.describe()
+    names = {line.split("|", 1)[0] for line in lines}
+    assert names == {"uvicorn.error", "uvicorn.access"}, result.describe()
+
+
+def test_config_and_run_signatures_are_uvicorns() -> None:
+    """Rule: ``inspect.signature`` of ``Config`` and of ``run`` differ as uvicorn's do
+    (``app_dir`` only in ``run``; the notify hooks only in ``Config``), as uvicorn's own test
+    compares them. Broken: each had the other's (seen)."""
+    import inspect
+
+    config = set(inspect.signature(ferrule.Config.__init__).parameters)
+    run = set(inspect.signature(ferrule.run).parameters)
+    assert config - run == {"self", "callback_notify", "timeout_notify"}
+    assert run - config == {"app_dir"}
 
 
 def test_class_based_asgi3_app_is_served_over_http_and_websocket() -> None:
@@ -240,3 +359,44 @@ def test_server_header_given_with_header_replaces_the_default() -> None:
     twice = ("--header", "Server:over-ridden", "--header", "Server:another-value")
     with running_server("hello_app:app", *twice) as srv:
         assert srv.get("/").headers["server"] == "over-ridden, another-value"
+
+
+FD_SCRIPT = """
+import asyncio, socket
+import ferrule
+
+async def app(scope, receive, send):
+    if scope["type"] == "http":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"fd"})
+
+sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+sock.bind(("127.0.0.1", 0))
+
+async def main():
+    server = ferrule.Server(ferrule.Config(app, fd=sock.fileno(), lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    reader, writer = await asyncio.open_connection(*sock.getsockname())
+    writer.write(b"GET / HTTP/1.1\\r\\nHost: t\\r\\nConnection: close\\r\\n\\r\\n")
+    print("answer:", (await reader.read()).rsplit(b"\\r\\n", 1)[-1].decode())
+    writer.close()
+    await server.shutdown()
+    await task
+
+asyncio.run(main())
+print("still open:", sock.fileno() != -1 and sock.getsockname()[0])
+sock.close()
+"""
+
+
+def test_a_socket_given_by_fd_is_served_and_left_open() -> None:
+    """Rule: ``Config(fd=N)`` serves the socket even when it is bound but not listening yet
+    (asyncio's servers call listen()), and the descriptor is still the caller's, open, once
+    the server is done, as uvicorn leaves it. Broken: the caller's next use of its socket
+    raised "Bad file descriptor" (seen in uvicorn's own logging test)."""
+    result = run_to_exit([sys.executable, "-c", FD_SCRIPT], timeout=30)
+    assert result.returncode == 0, result.describe()
+    assert "answer: fd" in result.stdout, result.describe()
+    assert "still open: 127.0.0.1" in result.stdout, result.describe()

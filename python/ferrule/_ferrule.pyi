@@ -118,3 +118,7 @@ class HttpServer:
         """Stop accepting; in-flight requests get ``timeout`` seconds, then are cancelled."""
     @property
     def in_flight(self) -> int: ...
+    @property
+    def max_requests_reached(self) -> bool:
+        """Whether ``--limit-max-requests`` requests have been served (a supervisor's worker
+        keeps serving then, until its successor does)."""

@@ -47,43 +47,51 @@ UVICORN_NAMES = {
 }
 
 
-def configure_logging(level: int, use_colors: bool | None = None) -> None:
-    """ferrule's own handlers for its two loggers, unless logging is configured: as in
-    uvicorn's default config, access lines on stdout and the other lines on stderr, each as
+def configure_logging(level: int, use_colors: bool | None = None, *, given: bool = True) -> None:
+    """ferrule's lines go out through the uvicorn loggers, named as them, so that everything
+    written for uvicorn's sees them: a log config naming ``uvicorn.*``, a handler an app or a
+    test adds to ``uvicorn.access``, a filter on the record's name. Where those loggers are not
+    configured (nor the root logger), they get ferrule's default handlers: as in uvicorn's
+    default config, access lines on stdout and the other lines on stderr, each as
     ``INFO:     message``, an access line's status followed by its reason phrase. With colours
     (``use_colors``, or by default for each stream that is a terminal) the level name, and an
     access line's request and status, are in ANSI colours as uvicorn's formatters have them.
 
-    The uvicorn loggers follow: where a log config set up ``uvicorn.error``/``uvicorn.access``
-    (or ``uvicorn``) and not ferrule's, ferrule's lines go to those handlers; otherwise the
-    uvicorn loggers get ferrule's handlers, so what an app logs to them is seen."""
+    A log config that sets up ferrule's own names (``ferrule.error``...) is obeyed instead.
+    ``level`` is set on the uvicorn loggers a log config set up only when it was ``given``
+    (``--log-level``), as uvicorn does."""
     loggers = (
         ("ferrule.error", sys.stderr),
         ("ferrule.access", sys.stdout),
         ("ferrule.asgi", sys.stderr),
     )
+    root_configured = bool(logging.getLogger().handlers)
     for name, stream in loggers:
         logger = logging.getLogger(name)
         uvicorn = logging.getLogger(UVICORN_NAMES[name])
         logger.setLevel(level)
-        if logger.handlers:
+        forwards = [f for f in logger.filters if isinstance(f, _Forward)]
+        if logger.handlers:  # a log config for ferrule's own names
+            for forward in forwards:
+                logger.removeFilter(forward)
             continue
+        if not forwards:
+            logger.addFilter(_Forward(uvicorn))
+        logger.propagate = True
+        logger.disabled = False  # a dictConfig that named only uvicorn's loggers
+        uvicorn.disabled = False
         if _configured_below_root(uvicorn):
-            logger.addHandler(_Forward(uvicorn))
-            logger.propagate = False
-            logger.disabled = False  # a dictConfig that named only uvicorn's loggers
+            if given:
+                uvicorn.setLevel(level)
             continue
-        if logging.getLogger().handlers:
-            continue
+        uvicorn.setLevel(level)
+        if root_configured:
+            continue  # the lines propagate to the root logger's handlers
         colours = _is_terminal(stream) if use_colors is None else use_colors
         handler = _WholeRecords(stream)
         handler.setFormatter(_Formatter(colours))
-        logger.addHandler(handler)
-        logger.propagate = False
-        if not uvicorn.handlers:
-            uvicorn.setLevel(level)
-            uvicorn.addHandler(handler)
-            uvicorn.propagate = False
+        uvicorn.addHandler(handler)
+        uvicorn.propagate = False
 
 
 class _WholeRecords(logging.StreamHandler):  # type: ignore[type-arg]
@@ -122,16 +130,22 @@ def _configured_below_root(logger: logging.Logger) -> bool:
     return False
 
 
-class _Forward(logging.Handler):
-    """Hands ferrule's records to a uvicorn logger's handlers, as if logged there."""
+class _Forward(logging.Filter):
+    """Hands ferrule's records to a uvicorn logger, as if logged there: named as it, through
+    its filters, handlers and propagation; then drops them from ferrule's logger. A filter
+    rather than a handler, so that ferrule's logger keeps propagating (with nothing to
+    propagate) and tools that attach to non-propagating loggers (pytest's caplog) do not see
+    every line twice."""
 
     def __init__(self, target: logging.Logger) -> None:
         super().__init__()
         self.target = target
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def filter(self, record: logging.LogRecord) -> bool:
         if self.target.isEnabledFor(record.levelno):
+            record.name = self.target.name
             self.target.handle(record)
+        return False
 
 
 def _is_terminal(stream: Any) -> bool:

@@ -12,6 +12,7 @@ import sys
 import traceback
 from typing import Any
 
+from ferrule._logging import apply_log_config
 from ferrule.interface import InterfaceError, adapt
 from ferrule.settings import (
     BY_NAME,
@@ -96,6 +97,15 @@ class Config:
             problem = "HTTP/2 cannot be on with http 1 (HTTP/1.1 only)"
             raise SettingError(BY_NAME["http2"], problem)
         self._max_requests: int | None = None
+        # Applied now, as uvicorn's Config does: handlers a program or a test then adds to the
+        # uvicorn loggers are not swept away when the server starts. A broken one stops the
+        # server at startup (exit 3), where it is logged.
+        self.log_config_problem: str | None = None
+        if self.log_config is not None:
+            try:
+                apply_log_config(self.log_config)
+            except ValueError as exc:
+                self.log_config_problem = str(exc)
 
     def __getattr__(self, name: str) -> Any:
         # Reached only for a name that is no setting; declared so that the settings, set from
@@ -116,8 +126,21 @@ class Config:
 
     @property
     def use_subprocess(self) -> bool:
-        """Whether a parent process supervises workers (``--reload`` or ``--workers``)."""
-        return bool(self.reload or self.workers > 1)
+        """Whether a parent process supervises workers (``--reload``, ``--workers``, or a
+        worker recycling option)."""
+        return bool(self.reload or self.workers > 1 or self.recycles_workers)
+
+    @property
+    def max_requests_stops(self) -> bool:
+        """Whether the server stops itself after ``max_requests``: not a supervisor's worker,
+        which asks to be replaced instead (its successor serves before it stops)."""
+        return self.heartbeat_fd is None
+
+    @property
+    def recycles_workers(self) -> bool:
+        """Whether a worker is replaced past a memory or age limit, which takes a parent
+        process even for one worker."""
+        return self.workers_max_rss is not None or self.workers_lifetime is not None
 
     @property
     def should_reload(self) -> bool:
@@ -215,16 +238,25 @@ class Config:
         return app
 
 
-def settings_signature(*first: str) -> inspect.Signature:
+def settings_signature(*first: str, leaving: tuple[str, ...] = ()) -> inspect.Signature:
     """A signature naming ``first`` (positional) and then every setting with its default, for
-    ``inspect`` and ``help()`` of the functions that take the settings as ``**options``."""
+    ``inspect`` and ``help()`` of the functions that take the settings as ``**options``. The
+    settings ``leaving`` are left out, as uvicorn's signature has no such parameter (they are
+    accepted all the same)."""
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     parameters = [inspect.Parameter(name, kind) for name in first]
-    parameters += [inspect.Parameter(s.name, kind, default=s.default) for s in SETTINGS]
+    parameters += [
+        inspect.Parameter(s.name, kind, default=s.default)
+        for s in SETTINGS
+        if s.name not in leaving
+    ]
     return inspect.Signature(parameters)
 
 
-Config.__init__.__signature__ = settings_signature("self", "app")  # type: ignore[attr-defined]
+#: ``app_dir`` is a parameter of uvicorn's ``run()`` only.
+Config.__init__.__signature__ = settings_signature(  # type: ignore[attr-defined]
+    "self", "app", leaving=("app_dir",)
+)
 
 
 def takes_no_arguments(obj: Any) -> bool:

@@ -39,8 +39,7 @@ class Lifespan:
             raise LifespanFailure(f"Application startup failed. {self._startup_failed}".strip())
         if self._error is not None and self.mode == "on":
             raise LifespanFailure("Application startup failed: the lifespan protocol raised.")
-        if self.supported:
-            logger.info("Application startup complete.")
+        logger.info("Application startup complete.")  # also when unsupported, as uvicorn
 
     async def shutdown(self) -> None:
         if not self.supported or self._error is not None:

@@ -35,7 +35,8 @@ class MessageLogger:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         task = next(self._ids)
-        prefix = "ASGI" if scope["type"] != "lifespan" else "ASGI lifespan"
+        client = scope.get("client")  # uvicorn's prefix: the peer, when there is one
+        prefix = f"{client[0]}:{client[1]} - ASGI" if client else "ASGI"
 
         async def logged_receive() -> Any:
             message = await receive()

@@ -20,7 +20,7 @@ from typing import Any
 from ferrule import tls
 from ferrule._bridge import new_event_loop
 from ferrule._ferrule import Bridge, HttpServer
-from ferrule._logging import TRACE, apply_log_config, configure_logging
+from ferrule._logging import TRACE, configure_logging
 from ferrule.config import (
     STARTUP_FAILURE,
     AppLoadError,
@@ -33,7 +33,7 @@ from ferrule.interface import InterfaceError, wsgi_middleware
 from ferrule.lifespan import Lifespan, LifespanFailure
 from ferrule.message_log import MessageLogger
 from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
-from ferrule.supervisor import Reloader, Supervisor
+from ferrule.supervisor import REPLACE_ME, Reloader, Supervisor
 
 logger = logging.getLogger("ferrule.error")
 
@@ -52,14 +52,17 @@ def run(app: Any, **options: Any) -> int:
     return status
 
 
-run.__signature__ = settings_signature("app")  # type: ignore[attr-defined]
+#: The notify hooks are uvicorn's ``Config``'s only.
+run.__signature__ = settings_signature(  # type: ignore[attr-defined]
+    "app", leaving=("callback_notify", "timeout_notify")
+)
 
 
 def _run(app: Any, **options: Any) -> int:
     config = Config(app=app, **options)
     try:
-        if config.log_config is not None:
-            apply_log_config(config.log_config)
+        if config.log_config_problem is not None:
+            raise ValueError(config.log_config_problem)
         if config.env_file is not None:
             load_env_file(config.env_file)
             if options.get("workers") is None:  # as uvicorn, the file may set it
@@ -69,16 +72,16 @@ def _run(app: Any, **options: Any) -> int:
         if config.interface == "wsgi":  # before any worker fails on it, again and again
             wsgi_middleware()
     except (ValueError, InterfaceError) as exc:
-        configure_logging(config.log_level_number, config.use_colors)
+        _configure_logging(config)
         logger.error("%s", exc)
         return STARTUP_FAILURE
-    configure_logging(config.log_level_number, config.use_colors)
+    _configure_logging(config)
     reload_options = config.reload_dirs or config.reload_includes or config.reload_excludes
     if reload_options and not config.reload:
         logger.warning("The reload options have no effect without reload (--reload).")
-    if config.reload or config.workers > 1:
+    if config.use_subprocess:
         if not isinstance(config.app, str):
-            logger.error(
+            logger.warning(  # uvicorn's level for it, though the server then exits 3
                 "You must pass the application as an import string to enable 'reload' or 'workers'."
             )
             return STARTUP_FAILURE
@@ -90,22 +93,27 @@ def _run(app: Any, **options: Any) -> int:
         if config.reload:
             if config.workers > 1:
                 logger.warning('"workers" flag is ignored when reloading is enabled.')
+            if config.recycles_workers:
+                logger.warning(
+                    "--workers-max-rss and --workers-lifetime have no effect with --reload."
+                )
             return Reloader(config).run()
         return Supervisor(config).run()
     return serve(config)
 
 
+def _configure_logging(config: Config) -> None:
+    given = config.log_level is not None
+    configure_logging(config.log_level_number, config.use_colors, given=given)
+
+
 def serve_worker(config: Config) -> int:
     """A worker process's life (``ferrule.worker``): the parent's log config and logging, then
     ``serve`` on the inherited socket."""
-    try:
-        if config.log_config is not None:
-            apply_log_config(config.log_config)
-    except ValueError as exc:
-        configure_logging(config.log_level_number, config.use_colors)
-        logger.error("%s", exc)
+    _configure_logging(config)
+    if config.log_config_problem is not None:
+        logger.error("%s", config.log_config_problem)
         return STARTUP_FAILURE
-    configure_logging(config.log_level_number, config.use_colors)
     return serve(config)
 
 
@@ -182,7 +190,7 @@ class Server:
         self._bridge: Bridge | None = None
         self._heartbeat: Heartbeat | None = None
         self._socket_file: tuple[int, int] | None = None
-        self._shutting_down = False
+        self._shutdown_done: asyncio.Future[None] | None = None
 
     @functools.cached_property
     def limit_max_requests(self) -> int | None:
@@ -205,7 +213,11 @@ class Server:
             await self._serve(sockets)
 
     async def _serve(self, sockets: list[socket.socket] | None) -> None:
-        configure_logging(self.config.log_level_number, self.config.use_colors)
+        config = self.config
+        _configure_logging(config)
+        if config.log_config_problem is not None:
+            logger.error("%s", config.log_config_problem)
+            raise SystemExit(STARTUP_FAILURE)
         logger.info("Started server process [%d]", os.getpid())
         try:
             await self.startup(sockets)
@@ -276,12 +288,18 @@ class Server:
         while not self.should_exit:
             await self._woken_or_stopped(timeout=0.1)
             await self.on_tick()
+            if self._heartbeat is not None and not self._heartbeat.asked_replacement:
+                if self._http.max_requests_reached:
+                    logger.warning(
+                        "Maximum request limit of %d exceeded. Serving until the parent "
+                        "process's new worker does.",
+                        self.limit_max_requests,
+                    )
+                    self._heartbeat.ask_replacement()
             if self._stopped.done():
-                self._stopped.result()  # a failure of the server core, raised here
-                logger.warning(
-                    "Maximum request limit of %d exceeded. Terminating process.",
-                    self.limit_max_requests,
-                )
+                # The core stopped itself (--limit-max-requests, which it logged), or failed:
+                # its failure is raised here.
+                self._stopped.result()
                 return
 
     async def on_tick(self) -> None:
@@ -297,9 +315,19 @@ class Server:
         """Stops accepting, lets requests and WebSockets in progress finish (at most
         ``timeout_graceful_shutdown``; a second signal or ``force_exit`` cancels them at once),
         then runs lifespan shutdown (not when forced)."""
-        if self._stopped is None or self._bridge is None or self._shutting_down:
-            return  # not serving, or shut down already (by serve(), or an earlier call)
-        self._shutting_down = True
+        if self._shutdown_done is not None:  # by serve() and by its caller, or called twice
+            await asyncio.shield(self._shutdown_done)
+            return
+        if self._stopped is None or self._bridge is None:
+            return  # not serving
+        self._shutdown_done = asyncio.get_running_loop().create_future()
+        try:
+            await self._shut_down(sockets)
+        finally:
+            self._shutdown_done.set_result(None)
+
+    async def _shut_down(self, sockets: list[socket.socket] | None) -> None:
+        assert self._stopped is not None and self._bridge is not None and self._http is not None
         logger.info("Shutting down")
         for server in self.servers:
             server.close()
@@ -441,6 +469,7 @@ class Heartbeat:
         os.set_blocking(fd, False)
         os.set_inheritable(fd, False)  # not to the app's own subprocesses
         self.handle: asyncio.TimerHandle | None = None
+        self.asked_replacement = False
         self._beat()
 
     def _beat(self) -> None:
@@ -451,6 +480,18 @@ class Heartbeat:
         except OSError:  # the supervisor is gone
             return
         self.handle = self.loop.call_later(self.interval, self._beat)
+
+    def ask_replacement(self) -> None:
+        """Tells the supervisor this worker is past ``--limit-max-requests``: it starts a
+        successor, and stops this worker once that one serves. Tried again on the next call
+        while the pipe is full."""
+        try:
+            os.write(self.fd, REPLACE_ME)
+        except BlockingIOError:
+            return
+        except OSError:  # the supervisor is gone
+            pass
+        self.asked_replacement = True
 
     def stop(self) -> None:
         if self.handle is not None:

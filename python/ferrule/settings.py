@@ -405,6 +405,30 @@ SETTINGS: tuple[Setting, ...] = (
         check=_at_least(0),
     ),
     Setting(
+        "workers_max_rss",
+        "workers",
+        None,
+        "Replace a worker whose resident memory passes this many MiB, its replacement "
+        "serving before it stops (also with one worker).",
+        type=int,
+        metavar="MiB",
+        check=_at_least(1),
+        uvicorn=False,
+        inherit=False,
+    ),
+    Setting(
+        "workers_lifetime",
+        "workers",
+        None,
+        "Replace a worker after it has run this many seconds, plus up to a tenth more drawn "
+        "per worker, its replacement serving before it stops (also with one worker).",
+        type=int,
+        metavar="SECONDS",
+        check=_at_least(1),
+        uvicorn=False,
+        inherit=False,
+    ),
+    Setting(
         "reload",
         "workers",
         False,

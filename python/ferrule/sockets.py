@@ -48,10 +48,10 @@ def remove_socket_file(config: Config, identity: tuple[int, int] | None) -> None
 def listening_socket(config: Config) -> socket.socket:
     """The socket to serve: inherited (``fd``), a Unix socket, or TCP; bound and listening."""
     if config.fd is not None:
-        sock = socket.socket(fileno=config.fd)
-        sock.setblocking(False)
-        return sock
-    if config.uds:
+        # A duplicate: the descriptor stays the caller's, open after the server is done with
+        # it, as uvicorn leaves it. listen() again, as asyncio's servers do: it may not be yet.
+        sock = socket.socket(fileno=os.dup(config.fd))
+    elif config.uds:
         if os.path.exists(config.uds):
             os.unlink(config.uds)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ferrule.config import STARTUP_FAILURE, Config
+from ferrule.recycling import REASONS, Recycling
 from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
 from ferrule.watch import WatchedFiles, changed_files
 from ferrule.worker import WORKER_ENV, worker_data
@@ -35,6 +36,10 @@ MAX_CRASH_DELAY = 30.0
 
 #: Signals the supervisor acts on as uvicorn's does: restart the workers, one more, one fewer.
 MANAGEMENT_SIGNALS = (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU)
+
+#: What a worker writes on its heartbeat pipe, besides its beats, once it has served
+#: ``--limit-max-requests``: it asks to be replaced, and serves until its successor does.
+REPLACE_ME = b"R"
 
 
 class Worker:
@@ -57,6 +62,13 @@ class Worker:
         self.started = time.monotonic()
         self.last_beat: float | None = None
         self.terminated: float | None = None  # when the supervisor sent SIGTERM
+        # Recycling: when its lifetime ends, whether it asked to be replaced, the worker
+        # started to replace it (and why), and when a failed replacement may be tried again.
+        self.lifetime_end: float | None = None
+        self.asked_replacement = False
+        self.successor: Worker | None = None
+        self.reason = ""
+        self.retry_at = 0.0
 
     @property
     def pid(self) -> int:
@@ -71,10 +83,13 @@ class Worker:
         if self.fd is None:
             return
         try:
-            if os.read(self.fd, 4096):
-                self.last_beat = now
+            beats = os.read(self.fd, 4096)
         except BlockingIOError:  # nothing new
-            pass
+            return
+        if beats:
+            self.last_beat = now
+        if REPLACE_ME in beats:
+            self.asked_replacement = True
 
     def close(self) -> None:
         if self.fd is not None:
@@ -91,7 +106,11 @@ class Supervisor:
       not load, lifespan startup failed) stops them all, as the next would fail the same way;
     - SIGHUP replaces the workers one by one, each retired only once its replacement serves
       (new code deployed under the same command); SIGTTIN adds a worker, SIGTTOU retires one;
-    - SIGINT/SIGTERM stops all."""
+    - a worker past ``--limit-max-requests``, ``--workers-max-rss`` or ``--workers-lifetime``
+      is replaced the same way, one worker at a time (``Recycling``);
+    - SIGINT/SIGTERM stops all.
+
+    ``restarts`` counts the workers replaced, by reason (``recycling.REASONS``)."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -104,6 +123,11 @@ class Supervisor:
         self.retiring: list[Worker] = []
         self.stopping = False
         self.signals: list[int] = []  # SIGHUP, SIGTTIN, SIGTTOU received, not yet handled
+        self.recycling = Recycling(config)
+        # The pause before trying again to recycle a worker whose successor did not start,
+        # doubled at each such failure (the app may have been broken on disk meanwhile).
+        self.recycle_delay = FIRST_CRASH_DELAY
+        self.restarts: dict[str, int] = dict.fromkeys(REASONS, 0)
 
     def run(self) -> int:
         bound = parent_socket(self.config)
@@ -116,11 +140,12 @@ class Supervisor:
             signal.signal(signum, self._on_stop_signal)
         for signum in MANAGEMENT_SIGNALS:
             signal.signal(signum, self._on_management_signal)
-        self.workers = [Worker(self.config, sock) for _ in range(self.config.workers)]
+        self.workers = [self._new_worker(sock) for _ in range(self.config.workers)]
         status = 0
         while not self.stopping:
             self._handle_signals(sock)
             now = time.monotonic()
+            read_rss = self.recycling.rss_due(now)
             gone: list[Worker] = []  # died before serving: replaced later (self.respawns)
             for i, worker in enumerate(self.workers):
                 if self.stopping:
@@ -136,7 +161,8 @@ class Supervisor:
                         status = STARTUP_FAILURE
                         break
                     worker.close()
-                    if worker.process.returncode == 0:  # it stopped itself: --limit-max-requests
+                    self.restarts["crash"] += 1
+                    if worker.process.returncode == 0:  # stopped by someone else's SIGTERM
                         logger.info("Worker [%d] finished; starting a new one", worker.pid)
                     elif worker.serving:
                         logger.warning(
@@ -157,19 +183,22 @@ class Supervisor:
                         self.crash_delay = min(2 * self.crash_delay, MAX_CRASH_DELAY)
                         gone.append(worker)
                         continue
-                    self.workers[i] = Worker(self.config, sock)
+                    self.workers[i] = worker.successor or self._new_worker(sock)
                 elif not self._healthy(worker, now):
+                    self.restarts["health_check"] += 1
                     self._retire(worker, now)
-                    self.workers[i] = Worker(self.config, sock)
-                elif worker.serving:
-                    self.crash_delay = FIRST_CRASH_DELAY
+                    self.workers[i] = worker.successor or self._new_worker(sock)
+                else:
+                    if worker.serving:
+                        self.crash_delay = FIRST_CRASH_DELAY
+                    self._recycle(i, sock, now, read_rss)
             self.workers = [worker for worker in self.workers if worker not in gone]
             while self.respawns and self.respawns[0] <= now and not self.stopping:
                 self.respawns.pop(0)
-                self.workers.append(Worker(self.config, sock))
+                self.workers.append(self._new_worker(sock))
             self._reap_retiring(now)
             time.sleep(0.1)
-        everyone = self.workers + self.retiring
+        everyone = self.workers + self.retiring + self._successors()
         stop_workers(self.config, [worker.process for worker in everyone])
         for worker in everyone:
             worker.close()
@@ -186,19 +215,24 @@ class Supervisor:
                 self._restart_all(sock)
             elif signum == signal.SIGTTIN:
                 logger.info("Received SIGTTIN, increasing the number of processes.")
-                self.workers.append(Worker(self.config, sock))
+                self.workers.append(self._new_worker(sock))
             elif len(self.workers) <= 1:
                 logger.info("Received SIGTTOU, but one process is the fewest there can be.")
             else:
                 logger.info("Received SIGTTOU, decreasing the number of processes.")
-                self._retire(self.workers.pop(), time.monotonic())
+                worker = self.workers.pop()
+                self._drop_successor(worker)
+                self._retire(worker, time.monotonic())
 
     def _restart_all(self, sock: socket.socket) -> None:
         """Each worker in turn: start its replacement, wait until it serves, then retire the
         old one (SIGTERM: it finishes its requests). A replacement that exits or stays silent
-        past the startup grace is killed and the restart given up, the old workers kept."""
+        past the startup grace is killed and the restart given up, the old workers kept. A
+        recycling in progress is dropped: its successor may run the old code."""
+        for worker in self.workers:
+            self._drop_successor(worker)
         for i, old in enumerate(list(self.workers)):
-            new = Worker(self.config, sock)
+            new = self._new_worker(sock)
             grace = self._startup_grace
             while not (new.serving or self.stopping or new.process.poll() is not None):
                 now = time.monotonic()
@@ -225,6 +259,78 @@ class Supervisor:
                 return
             self._retire(old, time.monotonic())
             self.workers[i] = new
+
+    def _new_worker(self, sock: socket.socket) -> Worker:
+        worker = Worker(self.config, sock)
+        worker.lifetime_end = self.recycling.lifetime_end(worker.started)
+        return worker
+
+    def _recycle(self, i: int, sock: socket.socket, now: float, read_rss: bool) -> None:
+        """Recycling of the serving worker ``self.workers[i]``: once its successor serves,
+        it is retired and the successor takes its place; a successor that exits or does not
+        serve in time is killed, the worker kept and tried again later. Else, if it is due
+        (and no other worker is being replaced), its successor is started."""
+        worker = self.workers[i]
+        new = worker.successor
+        if new is not None:
+            new.read_beats(now)
+            if new.serving:
+                worker.successor = None
+                self._retire(worker, now)
+                self.workers[i] = new
+                self.restarts[worker.reason] += 1
+                self.recycle_delay = FIRST_CRASH_DELAY
+                logger.info("Worker [%d] serves; stopping worker [%d]", new.pid, worker.pid)
+            elif new.process.poll() is not None or now - new.started > self._startup_grace:
+                worker.successor = None
+                status = new.process.poll()
+                if status is None:
+                    new.process.kill()
+                    new.process.wait()
+                new.close()
+                logger.error(
+                    "New worker [%d] did not start serving (%s); keeping worker [%d], and "
+                    "trying again in %g s",
+                    new.pid,
+                    f"not within {self._startup_grace:g} seconds"
+                    if status is None
+                    else f"exit status {status}",
+                    worker.pid,
+                    self.recycle_delay,
+                )
+                worker.retry_at = now + self.recycle_delay
+                self.recycle_delay = min(2 * self.recycle_delay, MAX_CRASH_DELAY)
+            return
+        if not worker.serving or now < worker.retry_at or self._successors():
+            return
+        reason, why = self._due(worker, now, read_rss)
+        if reason:
+            logger.warning("Worker [%d] past %s: replacing it", worker.pid, why)
+            worker.reason = reason
+            worker.successor = self._new_worker(sock)
+
+    def _due(self, worker: Worker, now: float, read_rss: bool) -> tuple[str, str]:
+        """Why ``worker`` is to be replaced: the reason counted and the limit passed, for the
+        log; empty strings if it is not."""
+        if worker.asked_replacement:
+            return "max_requests", "--limit-max-requests"
+        why = self.recycling.over_rss(worker.pid) if read_rss else None
+        if why:
+            return "max_rss", why
+        why = self.recycling.over_lifetime(worker.lifetime_end, worker.started, now)
+        if why:
+            return "lifetime", why
+        return "", ""
+
+    def _successors(self) -> list[Worker]:
+        """The workers started to replace one being recycled, not serving in its place yet."""
+        return [worker.successor for worker in self.workers if worker.successor is not None]
+
+    def _drop_successor(self, worker: Worker) -> None:
+        """Gives up the recycling of ``worker``: its successor is stopped."""
+        if worker.successor is not None:
+            self._retire(worker.successor, time.monotonic())
+            worker.successor = None
 
     def _retire(self, worker: Worker, now: float) -> None:
         """SIGTERM, and watched by ``_reap_retiring`` until it exits."""

@@ -68,6 +68,15 @@ impl ConnInfo {
 
     /// `host:port` of the client for the access log: the forwarded one if any, as uvicorn
     /// logs the scope's client.
+    /// `"HOST:PORT - "`, the peer as uvicorn's connection lines begin (empty for a socket
+    /// without one, as a Unix socket's).
+    pub fn client_prefix(&self) -> String {
+        match &self.client {
+            Some((host, port)) => format!("{host}:{port} - "),
+            None => String::new(),
+        }
+    }
+
     pub fn client_label(&self, forwarded: &Forwarded) -> String {
         match forwarded.client.as_ref().or(self.client.as_ref()) {
             Some((host, port)) => format!("{host}:{port}"),

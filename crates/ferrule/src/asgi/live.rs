@@ -1,7 +1,7 @@
 //! `LiveState`: what changes while the server runs: requests in flight, the stop signal,
 //! WebSocket sessions.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -16,9 +16,8 @@ pub type Stop = Option<Option<Duration>>;
 pub struct LiveState {
     /// Requests (and WebSocket sessions) whose app has not returned.
     in_flight: AtomicUsize,
-    /// `--limit-max-requests`: requests still to accept before the server stops itself, and
-    /// the graceful timeout it stops with.
-    requests_left: Option<(AtomicU64, Option<Duration>)>,
+    /// `--limit-max-requests`: requests still to accept before the limit is reached.
+    requests_left: Option<RequestLimit>,
     /// Becomes `Some(timeout)` when shutdown starts (WebSockets then close with 1012).
     stop: watch::Sender<Stop>,
     /// WebSocket sessions whose app has not returned. Upgraded connections leave hyper's
@@ -30,30 +29,47 @@ impl LiveState {
     pub fn new(settings: &Settings) -> Self {
         Self {
             in_flight: AtomicUsize::new(0),
-            requests_left: settings
-                .max_requests
-                .map(|limit| (AtomicU64::new(limit), settings.timeout_graceful_shutdown)),
+            requests_left: settings.max_requests.map(|limit| RequestLimit {
+                left: AtomicU64::new(limit),
+                reached: AtomicBool::new(false),
+                stops: settings.max_requests_stops,
+                graceful: settings.timeout_graceful_shutdown,
+            }),
             stop: watch::Sender::new(None),
             ws_sessions: watch::Sender::new(0),
         }
     }
 
     /// Counts one request against `--limit-max-requests`; the one that reaches it starts a
-    /// graceful shutdown (this request and those in flight are still answered).
-    pub fn count_request(&self) {
-        if let Some((left, graceful)) = &self.requests_left {
-            let before =
-                left.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    /// graceful shutdown (this request and those in flight are still answered), unless the
+    /// server's supervisor replaces it instead (`max_requests_reached` tells it to ask). True
+    /// for the request that starts that shutdown.
+    pub fn count_request(&self) -> bool {
+        if let Some(limit) = &self.requests_left {
+            let before = limit
+                .left
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
             if before == Ok(1) {
-                self.stop.send_if_modified(|stop| {
-                    let starting = stop.is_none();
-                    if starting {
-                        *stop = Some(*graceful);
-                    }
-                    starting
-                });
+                limit.reached.store(true, Ordering::Release);
+                if limit.stops {
+                    return self.stop.send_if_modified(|stop| {
+                        let starting = stop.is_none();
+                        if starting {
+                            *stop = Some(limit.graceful);
+                        }
+                        starting
+                    });
+                }
             }
         }
+        false
+    }
+
+    /// Whether `--limit-max-requests` requests have been counted.
+    pub fn max_requests_reached(&self) -> bool {
+        self.requests_left
+            .as_ref()
+            .is_some_and(|limit| limit.reached.load(Ordering::Acquire))
     }
 
     /// Counts a request in flight, unless `limit` are already (`--limit-concurrency`): then it
@@ -84,4 +100,16 @@ impl LiveState {
     pub fn stopping(&self) -> watch::Receiver<Stop> {
         self.stop.subscribe()
     }
+}
+
+/// `--limit-max-requests` of one server.
+struct RequestLimit {
+    /// Requests still to accept before the limit is reached.
+    left: AtomicU64,
+    /// Whether the limit has been reached.
+    reached: AtomicBool,
+    /// Whether reaching it stops the server (else a supervisor replaces it).
+    stops: bool,
+    /// The graceful timeout the server stops with.
+    graceful: Option<Duration>,
 }

@@ -30,6 +30,10 @@ pub struct Settings {
     /// Open connections allowed at once; accepting waits for one to close past it.
     #[pyo3(from_py_with = read::connection_limit)]
     pub connection_limit: usize,
+    /// Whether connections and WebSockets are logged as they open and close (`--log-level
+    /// trace`, uvicorn's "HTTP connection made" lines).
+    #[pyo3(attribute("log_level_number"), from_py_with = read::at_trace)]
+    pub trace_connections: bool,
     /// Whether each request is logged on `ferrule.access` (when INFO is enabled there).
     pub access_log: bool,
     /// Whether responses say `server: ferrule` (unless the app set a `server` header).
@@ -65,6 +69,9 @@ pub struct Settings {
     pub ws_per_message_deflate: bool,
     /// Requests to serve before the server stops itself (`--limit-max-requests` with its jitter).
     pub max_requests: Option<u64>,
+    /// Whether the server stops itself at `max_requests`; a supervisor's worker instead asks
+    /// to be replaced, and serves on until its successor does.
+    pub max_requests_stops: bool,
     /// HTTP/2 streams one connection may have open at once.
     pub http2_max_concurrent_streams: u32,
     /// How long shutdown waits for requests in progress before cancelling them; `None`: forever.
@@ -175,6 +182,11 @@ mod read {
     use super::{optional_seconds, HttpVersions, MIN_HEAD_SIZE};
     use crate::asgi::proxy::TrustedProxies;
 
+    /// `log_level_number`: whether it is at or below uvicorn's TRACE.
+    pub fn at_trace(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(value.extract::<i64>()? <= i64::from(crate::asgi::logging::TRACE))
+    }
+
     pub fn timeout_keep_alive(value: &Bound<'_, PyAny>) -> PyResult<Duration> {
         Duration::try_from_secs_f64(value.extract()?)
             .map_err(|_| PyValueError::new_err("timeout_keep_alive must be a number >= 0"))
@@ -276,7 +288,8 @@ settings = dict(
     date_header=False, headers=[(" x-a ", " 1 ")], proxy_headers=True,
     trusted_proxies=["127.0.0.1"], http="1", websockets=True, ws_max_size=1024,
     ws_max_queue=32, ws_ping_interval=20.0, ws_ping_timeout=0, ws_per_message_deflate=True,
-    max_requests=None, timeout_graceful_shutdown=None, reset_contextvars=False, http2_max_concurrent_streams=50,
+    max_requests=None, max_requests_stops=True, timeout_graceful_shutdown=None,
+    reset_contextvars=False, http2_max_concurrent_streams=50, log_level_number=20,
 )
 settings.update({changes})
 config = types.SimpleNamespace(**settings)
@@ -296,6 +309,7 @@ config = types.SimpleNamespace(**settings)
             assert_eq!(settings.timeout_keep_alive, Duration::from_secs(5));
             assert_eq!(settings.limit_request_body, Some(10));
             assert!(!settings.date_header);
+            assert!(!settings.trace_connections);
             assert_eq!(settings.headers[0].0.as_str(), "x-a");
             assert_eq!(settings.headers[0].1, "1");
             assert!(settings.http.h1 && !settings.http.h2);

@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -32,8 +32,8 @@ const MAX_HEADERS: usize = 100;
 #[derive(Default)]
 pub struct HeadLog {
     heads: Mutex<VecDeque<RawHead>>,
-    /// A first request arrived: a whole HTTP/1 head, or the HTTP/2 preface.
-    first_request: AtomicBool,
+    /// The requests that arrived: whole HTTP/1 heads recorded, or 1 for the HTTP/2 preface.
+    requests: AtomicU64,
     /// The client sent the HTTP/2 preface.
     http2: AtomicBool,
 }
@@ -47,7 +47,12 @@ impl HeadLog {
     /// Whether the client has sent a whole first request head (or the HTTP/2 preface): until
     /// then nothing in hyper times the connection out while it tells HTTP/1 from HTTP/2.
     pub fn first_request_seen(&self) -> bool {
-        self.first_request.load(Ordering::Acquire)
+        self.requests() > 0
+    }
+
+    /// How many requests have arrived (see `requests`): heads recorded, not yet all answered.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Acquire)
     }
 
     /// Whether the connection speaks HTTP/2 (known once the client's first bytes are in).
@@ -57,7 +62,7 @@ impl HeadLog {
 
     fn push(&self, head: RawHead) {
         self.heads.lock().unwrap().push_back(head);
-        self.first_request.store(true, Ordering::Release);
+        self.requests.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -174,7 +179,7 @@ impl Recorder {
         if self.pending.starts_with(HTTP2_PREFACE) {
             self.refused = self.refuse_http2;
             self.log.http2.store(true, Ordering::Release);
-            self.log.first_request.store(true, Ordering::Release);
+            self.log.requests.fetch_add(1, Ordering::AcqRel);
             self.stop(); // HTTP/2: hyper's HeaderMap is all there is
             return &[];
         }

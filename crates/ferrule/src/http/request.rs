@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use tokio::sync::oneshot;
 
 use crate::asgi::conn::ConnInfo;
+use crate::asgi::logging::{log_line, WARNING};
 use crate::asgi::proxy::Forwarded;
 use crate::asgi::raw_head::RawHead;
 use crate::asgi::responses::{closing_response, plain_response};
@@ -52,7 +53,11 @@ pub(super) async fn handle(
     let open_stream = (request.version() == http::Version::HTTP_2).then(|| conn.streams.open());
     let settings = &server.settings;
     let state = &server.state;
-    state.count_request();
+    if state.count_request() {
+        let limit = settings.max_requests.unwrap_or_default();
+        let line = format!("Maximum request limit of {limit} exceeded. Terminating process.");
+        log_line(&server.py, WARNING, &line);
+    }
     if !state.start_request(settings.limit_concurrency) {
         return Ok(plain_response(StatusCode::SERVICE_UNAVAILABLE, settings));
     }
@@ -146,7 +151,7 @@ pub(super) async fn handle(
 /// already rejected malformed Content-Lengths). A `recorded` head's framing was checked
 /// already, on the raw lines (`RawHead::ambiguous`).
 fn refusal(request: &Request<Incoming>, recorded: bool, settings: &Settings) -> Option<StatusCode> {
-    if let Some(status) = unservable(request) {
+    if let Some(status) = unservable(request, settings.websockets) {
         return Some(status);
     }
     let headers = request.headers();
@@ -172,7 +177,8 @@ fn refusal(request: &Request<Incoming>, recorded: bool, settings: &Settings) -> 
 
 /// What RFC 9112 says a server must refuse, or what no ASGI app can serve:
 /// - CONNECT asks for a tunnel, which an ASGI server has none of (hyper would take the app's
-///   2xx for the start of one and drop the connection with no response sent): 501;
+///   2xx for the start of one and drop the connection with no response sent): 501, unless it
+///   is HTTP/2's extended CONNECT for a WebSocket (RFC 8441) and WebSockets are on;
 /// - a request-target other than a path (or `*` for OPTIONS), such as `GET example.com:80`,
 ///   would reach the app with an empty path: 400 (RFC 9112 3.2);
 /// - a request with two Host lines: 400 (RFC 9112 3.2), a host-confusion vector, a proxy
@@ -180,8 +186,8 @@ fn refusal(request: &Request<Incoming>, recorded: bool, settings: &Settings) -> 
 ///   uvicorn's default parser (httptools) serves it: RFC 9112 says refuse it, but clients that
 ///   omit it exist (a wrk script formatting requests before wrk knows the host) and work with
 ///   uvicorn.
-fn unservable(request: &Request<Incoming>) -> Option<StatusCode> {
-    if request.method() == http::Method::CONNECT {
+fn unservable(request: &Request<Incoming>, websockets: bool) -> Option<StatusCode> {
+    if request.method() == http::Method::CONNECT && !(websockets && ws::is_upgrade(request)) {
         return Some(StatusCode::NOT_IMPLEMENTED);
     }
     let path = request.uri().path();

@@ -92,6 +92,12 @@ impl HttpServer {
     fn in_flight(&self) -> usize {
         self.server.state.in_flight()
     }
+
+    /// Whether `--limit-max-requests` requests have been served.
+    #[getter]
+    fn max_requests_reached(&self) -> bool {
+        self.server.state.max_requests_reached()
+    }
 }
 
 impl HttpServer {

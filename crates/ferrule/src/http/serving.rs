@@ -16,6 +16,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::live::Stop;
+use crate::asgi::logging::{log_line, TRACE};
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
 
@@ -48,10 +49,25 @@ pub(super) async fn accept_loop(
         tls,
     });
     let permits = Arc::new(Semaphore::new(server.settings.connection_limit));
+    // Once asked to stop, connections still arriving are taken for NEXT_REQUEST_GRACE more, as
+    // uvicorn notices its stop up to 0.1 s late: a client that connected just before (the
+    // second of two requests sent at once when --limit-max-requests is reached) is answered
+    // rather than reset in the backlog.
+    let mut accept_until: Option<tokio::time::Instant> = None;
     loop {
+        let last_call = async {
+            match accept_until {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         let accepted = tokio::select! {
             biased;
-            _ = stop.wait_for(Option::is_some) => break,
+            _ = stop.wait_for(Option::is_some), if accept_until.is_none() => {
+                accept_until = Some(tokio::time::Instant::now() + NEXT_REQUEST_GRACE);
+                continue;
+            }
+            () = last_call => break,
             accepted = accept_with_permit(&listener, &permits, tls_on) => accepted,
         };
         let (stream, conn, permit) = match accepted {
@@ -179,6 +195,10 @@ fn connection_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
         .keep_alive_interval(settings.header_read_timeout())
         .keep_alive_timeout(settings.header_read_timeout())
         .auto_date_header(settings.date_header);
+    if settings.websockets {
+        // SETTINGS_ENABLE_CONNECT_PROTOCOL: WebSockets over HTTP/2 streams (RFC 8441).
+        builder.http2().enable_connect_protocol();
+    }
     if settings.http.h1 {
         builder
     } else {
@@ -207,6 +227,7 @@ async fn serve_connection(
             }
         }
     };
+    let _traced = ConnectionTrace::start(&server, &conn.info);
     // The record of request heads sees the bytes after TLS, as hyper does.
     let settings = &server.settings;
     let mut recorder = Recorder::new(conn.heads.clone(), settings.max_head_size);
@@ -229,7 +250,7 @@ async fn serve_connection(
         let connection = setup.builder.serve_connection_with_upgrades(io, service);
         Box::pin(finish_when.drive(connection, |c| c.graceful_shutdown()))
     } else {
-        // WebSockets are HTTP/1.1 upgrades: none to allow on HTTP/2 alone.
+        // HTTP/2's WebSockets are streams (extended CONNECT): no HTTP/1.1 upgrade to allow.
         let connection = setup.builder.serve_connection(io, service);
         Box::pin(finish_when.drive(connection, |c| c.graceful_shutdown()))
     };
@@ -245,6 +266,34 @@ async fn serve_connection(
         }
     }
     let _ = serving.await;
+}
+
+/// `--log-level trace`: "HTTP connection made" once a connection is set up (after TLS), and
+/// "HTTP connection lost" when it ends however it ends, as uvicorn logs them.
+struct ConnectionTrace {
+    server: Arc<Server>,
+    client: String,
+}
+
+impl ConnectionTrace {
+    fn start(server: &Arc<Server>, info: &ConnInfo) -> Option<Self> {
+        if !server.settings.trace_connections {
+            return None;
+        }
+        let client = info.client_prefix();
+        log_line(&server.py, TRACE, &format!("{client}HTTP connection made"));
+        Some(Self {
+            server: server.clone(),
+            client,
+        })
+    }
+}
+
+impl Drop for ConnectionTrace {
+    fn drop(&mut self) {
+        let line = format!("{}HTTP connection lost", self.client);
+        log_line(&self.server.py, TRACE, &line);
+    }
 }
 
 /// When a connection is asked to finish (hyper's `graceful_shutdown`: requests in progress are
@@ -287,13 +336,15 @@ impl FinishWhen {
             _ = self.stopping.wait_for(|stop| *stop) => true,
             () = idle => false,
         };
-        if stopped && !self.conn.heads.first_request_seen() {
-            // A client that connected before the stop may have its request on the way (two
-            // requests at once when --limit-max-requests is reached): a moment to let it in,
-            // so that it is answered rather than reset. No wake-up is needed for the flag: it
-            // is set while the connection is polled, in this task.
-            let first_request = std::future::poll_fn(|_| {
-                if self.conn.heads.first_request_seen() {
+        if stopped && !self.conn.heads.http2() {
+            // HTTP/1.1 cannot tell a client that its next request will not be read, so one on
+            // its way as an idle connection closes is reset: a moment to let it in (a new
+            // connection's first request too), answered with `connection: close`. HTTP/2's
+            // GOAWAY says which streams were left, for the client to send again. No wake-up is
+            // needed for the count: it grows while the connection is polled, in this task.
+            let before = self.conn.heads.requests();
+            let next_request = std::future::poll_fn(|_| {
+                if self.conn.heads.requests() > before {
                     Poll::Ready(())
                 } else {
                     Poll::Pending
@@ -302,8 +353,8 @@ impl FinishWhen {
             tokio::select! {
                 biased;
                 output = &mut connection => return output,
-                () = first_request => {}
-                () = tokio::time::sleep(FIRST_REQUEST_GRACE) => {}
+                () = next_request => {}
+                () = tokio::time::sleep(NEXT_REQUEST_GRACE) => {}
             }
         }
         graceful_shutdown(connection.as_mut());
@@ -311,6 +362,7 @@ impl FinishWhen {
     }
 }
 
-/// How long a connection that has sent no request yet may still deliver its first one once the
-/// server stops: uvicorn notices its stop at most 0.1 s late, and serves what arrives meanwhile.
-const FIRST_REQUEST_GRACE: Duration = Duration::from_millis(100);
+/// How long an HTTP/1.1 connection may still deliver its next request (a new one its first)
+/// once the server stops: uvicorn notices its stop at most 0.1 s late, and serves what arrives
+/// meanwhile; a client busy on a keep-alive connection sends more often than that.
+const NEXT_REQUEST_GRACE: Duration = Duration::from_millis(100);

@@ -16,7 +16,7 @@ use crate::asgi::messages::{optional_field, optional_flag, parse_headers};
 use crate::asgi::responses::plain_response;
 use crate::bridge::{NativeFuture, ResumeVia};
 
-use super::exchange::{check_close, close_message, Inbound, Phase, WsExchange};
+use super::exchange::{check_close, close_message, denial_response, Inbound, Phase, WsExchange};
 
 fn message_dict<'py>(py: Python<'py>, message: Inbound) -> PyResult<Bound<'py, PyDict>> {
     let dict = PyDict::new(py);
@@ -32,7 +32,9 @@ fn message_dict<'py>(py: Python<'py>, message: Inbound) -> PyResult<Bound<'py, P
         Inbound::Disconnect(code, reason) => {
             dict.set_item(intern!(py, "type"), intern!(py, "websocket.disconnect"))?;
             dict.set_item(intern!(py, "code"), code)?;
-            dict.set_item(intern!(py, "reason"), reason)?;
+            if let Some(reason) = reason {
+                dict.set_item(intern!(py, "reason"), reason)?;
+            }
         }
     }
     Ok(dict)
@@ -172,6 +174,9 @@ impl WsSend {
         };
         let mut headers = parse_headers(py, message)?;
         let mut state = self.exchange.state.lock().unwrap();
+        if state.phase == Phase::Closed && state.socket_ended.is_some() {
+            return Err(client_gone());
+        }
         if state.phase != Phase::Connecting {
             return Err(PyRuntimeError::new_err(format!(
                 "Unexpected ASGI message 'websocket.accept' in state {:?}",
@@ -183,23 +188,31 @@ impl WsSend {
                 .map_err(|_| PyValueError::new_err("invalid subprotocol"))?;
             headers.insert(http::header::SEC_WEBSOCKET_PROTOCOL, value);
         }
-        let accept = HeaderValue::from_str(&state.accept_key).expect("base64 is a header value");
-        headers.insert(http::header::SEC_WEBSOCKET_ACCEPT, accept);
+        // HTTP/2 (RFC 8441): a 200 on the stream, which has no connection-wide headers.
+        let status = match &state.accept_key {
+            Some(accept_key) => {
+                let accept = HeaderValue::from_str(accept_key).expect("base64 is a header value");
+                headers.insert(http::header::SEC_WEBSOCKET_ACCEPT, accept);
+                headers.insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
+                headers.insert(
+                    http::header::CONNECTION,
+                    HeaderValue::from_static("Upgrade"),
+                );
+                StatusCode::SWITCHING_PROTOCOLS
+            }
+            None => StatusCode::OK,
+        };
         if let Some(extensions) = state.extensions.clone() {
             headers.insert(http::header::SEC_WEBSOCKET_EXTENSIONS, extensions);
         }
-        headers.insert(http::header::UPGRADE, HeaderValue::from_static("websocket"));
-        headers.insert(
-            http::header::CONNECTION,
-            HeaderValue::from_static("Upgrade"),
-        );
         self.exchange
             .server
             .settings
             .add_default_headers(&mut headers);
         let mut response = Response::new(Bytes::new());
-        *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        *response.status_mut() = status;
         *response.headers_mut() = headers;
+        state.accepted = true;
         state.phase = Phase::Accepted;
         WsExchange::answer(&mut state, response);
         Ok(self.done(py))
@@ -231,16 +244,17 @@ impl WsSend {
                 let more = optional_flag(message, intern!(py, "more_body"))?;
                 if !more {
                     let (status, headers, body) = state.denial.take().expect("a denial started");
-                    let mut response = Response::new(Bytes::from(body));
-                    *response.status_mut() = status;
-                    *response.headers_mut() = headers;
-                    self.exchange
-                        .server
-                        .settings
-                        .add_default_headers(response.headers_mut());
+                    let settings = &self.exchange.server.settings;
+                    let response = denial_response(status, headers, body, settings);
                     state.phase = Phase::Closed;
                     WsExchange::answer(&mut state, response);
                 }
+            }
+            ("websocket.http.response.start", Phase::Denying) => {
+                return Err(PyRuntimeError::new_err(
+                    "Expected ASGI message 'websocket.http.response.body' but got \
+                     'websocket.http.response.start'.",
+                ))
             }
             (kind, phase) => {
                 return Err(PyRuntimeError::new_err(format!(

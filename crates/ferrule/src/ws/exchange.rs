@@ -12,8 +12,9 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::asgi::responses::plain_response;
+use crate::asgi::responses::closing_response;
 use crate::asgi::server::Server;
+use crate::asgi::settings::Settings;
 
 /// Messages from the app waiting for the socket; past this `send()` suspends.
 pub const OUTBOUND_CAPACITY: usize = 256;
@@ -22,7 +23,9 @@ pub const OUTBOUND_CAPACITY: usize = 256;
 pub enum Inbound {
     Text(String),
     Binary(Bytes),
-    Disconnect(u16, String),
+    /// The close code, and the reason when a close frame carried one: a disconnect the
+    /// server detected (1006, 1012, a protocol error) has none, and its message no `reason`.
+    Disconnect(u16, Option<String>),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -39,18 +42,21 @@ pub(super) enum Phase {
 pub(super) struct State {
     pub(super) phase: Phase,
     pub(super) connect_delivered: bool,
+    /// The app sent `websocket.accept`.
+    pub(super) accepted: bool,
     /// The upgrade's HTTP answer (101, 403, 500 or the app's own), until sent.
     head_tx: Option<oneshot::Sender<Response<Bytes>>>,
-    pub(super) accept_key: String,
-    /// The `Sec-WebSocket-Extensions` of the 101, when permessage-deflate was agreed.
+    /// `Sec-WebSocket-Accept` for an HTTP/1.1 handshake; `None` on HTTP/2 (answered 200).
+    pub(super) accept_key: Option<String>,
+    /// The `Sec-WebSocket-Extensions` of the answer, when permessage-deflate was agreed.
     pub(super) extensions: Option<HeaderValue>,
     pub(super) denial: Option<(StatusCode, HeaderMap, Vec<u8>)>,
     pub(super) outbound: Option<mpsc::Sender<Message>>,
     /// How the socket ended (code, reason), once it has: what `receive()` reports after the
     /// messages still queued.
-    pub(super) socket_ended: Option<(u16, String)>,
+    pub(super) socket_ended: Option<(u16, Option<String>)>,
     /// The `websocket.disconnect` given to the app, repeated to every later `receive()`.
-    pub(super) disconnected: Option<(u16, String)>,
+    pub(super) disconnected: Option<(u16, Option<String>)>,
 }
 
 /// What one WebSocket's callables and its socket task share.
@@ -72,7 +78,7 @@ pub type Answer = oneshot::Receiver<Response<Bytes>>;
 impl WsExchange {
     pub fn new(
         server: Arc<Server>,
-        accept_key: String,
+        accept_key: Option<String>,
         extensions: Option<HeaderValue>,
     ) -> (Arc<Self>, Answer, SocketEnds) {
         let (head_tx, head_rx) = oneshot::channel();
@@ -85,6 +91,7 @@ impl WsExchange {
             state: Mutex::new(State {
                 phase: Phase::Connecting,
                 connect_delivered: false,
+                accepted: false,
                 head_tx: Some(head_tx),
                 accept_key,
                 extensions,
@@ -108,42 +115,77 @@ impl WsExchange {
         }
     }
 
-    /// The app's coroutine ended: make sure the client has an answer (403 if it neither
-    /// accepted nor answered, 500 if it failed first) or a close (1000, or 1011 if it failed).
-    pub fn finish_app(&self, failed: bool) {
+    /// The app's coroutine ended: make sure the client has an answer or a close. Before a
+    /// handshake: 500 (an app must accept, close or answer; uvicorn answers 500 too); with its
+    /// own response begun: that response if its `Content-Length` says it is whole, else what
+    /// it sent (or 500 if it failed). After accepting: a close, 1000 (1011 if it failed).
+    /// Returns what to log when the app itself did nothing wrong in Python's eyes.
+    pub fn finish_app(&self, failed: bool) -> Option<&'static str> {
         let mut state = self.state.lock().unwrap();
         let phase = state.phase;
         state.phase = Phase::Closed;
+        let settings = &self.server.settings;
         match phase {
-            Phase::Connecting | Phase::Denying => {
-                let status = if failed {
-                    StatusCode::INTERNAL_SERVER_ERROR
-                } else {
-                    StatusCode::FORBIDDEN
-                };
-                Self::answer(&mut state, plain_response(status, &self.server.settings));
+            Phase::Connecting => {
+                let error = closing_response(StatusCode::INTERNAL_SERVER_ERROR, settings);
+                Self::answer(&mut state, error);
+                (!failed).then_some("ASGI callable returned without sending handshake.")
+            }
+            Phase::Denying => {
+                let (status, headers, body) = state.denial.take().expect("a denial started");
+                let declared = headers
+                    .get(http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok()?.trim().parse::<usize>().ok());
+                let whole = declared == Some(body.len());
+                if failed && !whole {
+                    let error = closing_response(StatusCode::INTERNAL_SERVER_ERROR, settings);
+                    Self::answer(&mut state, error);
+                    return None;
+                }
+                let mut response = denial_response(status, headers, body, settings);
+                if !whole {
+                    response.headers_mut().remove(http::header::CONTENT_LENGTH);
+                }
+                Self::answer(&mut state, response);
+                (!failed && !whole).then_some("ASGI callable returned without completing response.")
             }
             Phase::Accepted => {
                 let code = if failed { 1011 } else { 1000 };
                 if let Some(outbound) = state.outbound.take() {
                     let _ = outbound.try_send(close_message(code, ""));
                 }
+                None
             }
-            Phase::Closed => {}
+            Phase::Closed => None,
         }
     }
 
     /// The socket task ended with the client gone or the close handshake done: `send()` now
     /// raises, and `receive()` reports this once the queued messages are read.
-    pub fn mark_closed(&self, code: u16, reason: String) {
+    pub fn mark_closed(&self, code: u16, reason: Option<String>) {
         let mut state = self.state.lock().unwrap();
         state.outbound = None;
         state.socket_ended.get_or_insert((code, reason));
     }
 
+    /// Whether the app's answer was `websocket.accept` (101, or 200 on HTTP/2).
+    pub fn accepted(&self) -> bool {
+        self.state.lock().unwrap().accepted
+    }
+
+    /// The handshake will not complete (the server is stopping): the app's `receive()` hears
+    /// 1006, and `websocket.accept` raises as for a client gone.
+    pub fn abandon(&self) {
+        let mut state = self.state.lock().unwrap();
+        state.phase = Phase::Closed;
+        state.head_tx = None;
+        state.outbound = None;
+        state.socket_ended.get_or_insert((1006, None));
+    }
+
     pub(super) fn ended(&self) -> Inbound {
         let state = self.state.lock().unwrap();
-        let (code, reason) = state.socket_ended.clone().unwrap_or((1006, String::new()));
+        let (code, reason) = state.socket_ended.clone().unwrap_or((1006, None));
         Inbound::Disconnect(code, reason)
     }
 }
@@ -177,4 +219,18 @@ pub(super) fn close_message(code: u16, reason: &str) -> Message {
         code: CloseCode::from(code),
         reason: reason.to_owned().into(),
     }))
+}
+
+/// The app's own answer to an upgrade it refuses (the denial-response extension).
+pub(super) fn denial_response(
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Vec<u8>,
+    settings: &Settings,
+) -> Response<Bytes> {
+    let mut response = Response::new(Bytes::from(body));
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    settings.add_default_headers(response.headers_mut());
+    response
 }

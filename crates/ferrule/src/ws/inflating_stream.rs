@@ -127,6 +127,11 @@ impl<S> InflatingStream<S> {
         });
         Self { inner, inflater }
     }
+
+    /// The connection itself, for reading past the layer.
+    pub fn inner_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
 }
 
 impl Inflater {

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
+use tokio::io::AsyncReadExt;
 use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError};
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
@@ -68,9 +69,11 @@ pub async fn run_socket(
     let (mut sink, mut stream) = socket.split();
     let mut stopping = exchange.server.state.stopping();
     // The close code the app hears, once known.
-    let mut ended: Option<(u16, String)> = None;
+    let mut ended: Option<(u16, Option<String>)> = None;
     let mut close_deadline: Option<tokio::time::Instant> = None;
     let mut app_done = false;
+    // The server has closed for a message over the size limit (see `drain`).
+    let mut draining = false;
     let ping_timeout = settings.ws_ping_timeout;
     let mut pings = settings.ws_ping_interval.map(|every| {
         let mut pings = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -112,8 +115,8 @@ pub async fn run_socket(
                     Some(Ok(Message::Close(frame))) => {
                         // tungstenite answers the close; the app hears the client's code.
                         let (code, reason) = frame
-                            .map(|f| (u16::from(f.code), f.reason.as_str().to_owned()))
-                            .unwrap_or((1005, String::new()));
+                            .map(|f| (u16::from(f.code), Some(f.reason.as_str().to_owned())))
+                            .unwrap_or((1005, None));
                         ended.get_or_insert((code, reason));
                         // Flush tungstenite's reply to the close.
                         let _ = sink.flush().await;
@@ -122,7 +125,9 @@ pub async fn run_socket(
                     Some(Err(err)) => {
                         if let Some(code) = error_close_code(&err) {
                             let _ = sink.send(close_message(code, "")).await;
-                            ended.get_or_insert((code, String::new()));
+                            ended.get_or_insert((code, None));
+                            // Too big: the client may still be sending the rest of it.
+                            draining = code == 1009;
                         }
                         break;
                     }
@@ -134,7 +139,7 @@ pub async fn run_socket(
                     Some(message) => {
                         let closing = matches!(message, Message::Close(_));
                         if let Message::Close(Some(frame)) = &message {
-                            ended = Some((u16::from(frame.code), frame.reason.as_str().to_owned()));
+                            ended = Some((u16::from(frame.code), Some(frame.reason.as_str().to_owned())));
                         }
                         let message = match deflater.as_mut() {
                             Some(deflater) => deflater.message(message),
@@ -153,7 +158,7 @@ pub async fn run_socket(
                         app_done = true;
                         if ended.is_none() {
                             let _ = sink.send(close_message(1000, "")).await;
-                            ended = Some((1000, String::new()));
+                            ended = Some((1000, None));
                         }
                         close_deadline = Some(tokio::time::Instant::now() + CLOSE_TIMEOUT);
                     }
@@ -170,21 +175,43 @@ pub async fn run_socket(
             }
             _ = pong_overdue, if close_deadline.is_none() => {
                 // The peer is gone or stuck: 1011, as the websockets library (uvicorn) sends.
-                ended.get_or_insert((1011, String::new()));
+                ended.get_or_insert((1011, None));
                 let closing = sink.send(close_message(1011, "keepalive ping timeout"));
                 let _ = tokio::time::timeout(CLOSE_TIMEOUT, closing).await;
                 break;
             }
             // The server is shutting down: 1012 (service restart), as uvicorn sends.
             _ = async { stopping.wait_for(Option::is_some).await.is_ok() }, if close_deadline.is_none() => {
-                ended.get_or_insert((1012, String::new()));
+                ended.get_or_insert((1012, None));
                 let _ = sink.send(close_message(1012, "server shutting down")).await;
                 close_deadline = Some(tokio::time::Instant::now() + CLOSE_TIMEOUT);
             }
         }
     }
-    let (code, reason) = ended.unwrap_or((1006, String::new()));
+    let (code, reason) = ended.unwrap_or((1006, None));
     exchange.mark_closed(code, reason);
     drop(inbound_tx); // receive() reports the end once the queued messages are read
     let _ = sink.close().await;
+    if draining {
+        if let Ok(mut socket) = stream.reunite(sink) {
+            // Past the inflating layer: what is left is only dropped.
+            drain(socket.get_mut().inner_mut()).await;
+        }
+    }
+}
+
+/// Reads and drops what the client still sends after the server closed for a message over the
+/// size limit, until it goes quiet: a socket closed with bytes unread is reset, and the reset
+/// can make the client's side drop the close frame before the client reads it.
+async fn drain(io: &mut TokioIo<Upgraded>) {
+    const QUIET: Duration = Duration::from_millis(100);
+    let deadline = tokio::time::Instant::now() + CLOSE_TIMEOUT;
+    let mut buffer = vec![0; 16 * 1024];
+    while tokio::time::Instant::now() < deadline {
+        let until = deadline.min(tokio::time::Instant::now() + QUIET);
+        match tokio::time::timeout_at(until, io.read(&mut buffer)).await {
+            Ok(Ok(read)) if read > 0 => {}
+            _ => break,
+        }
+    }
 }

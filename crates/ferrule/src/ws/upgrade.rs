@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode, Version};
+use http::{HeaderValue, Method, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -13,10 +13,10 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::handles::PyHandles;
-use crate::asgi::logging::log_app_exception;
+use crate::asgi::logging::{log_app_exception, log_line, ERROR, INFO, TRACE};
 use crate::asgi::proxy::Forwarded;
 use crate::asgi::raw_head::RawHead;
-use crate::asgi::responses::{closing_response, plain_response};
+use crate::asgi::responses::{closing_response, plain_response, server_response};
 use crate::asgi::scope::build_scope;
 use crate::asgi::server::Server;
 use crate::bridge::Completion;
@@ -26,8 +26,12 @@ use super::deflate_params::negotiate;
 use super::exchange::WsExchange;
 use super::socket::run_socket;
 
-/// Whether `request` asks to become a WebSocket (RFC 6455, 4.1).
+/// Whether `request` asks to become a WebSocket: an HTTP/1.1 upgrade (RFC 6455, 4.1) or an
+/// HTTP/2 extended CONNECT with `:protocol websocket` (RFC 8441, 4).
 pub fn is_upgrade(request: &Request<Incoming>) -> bool {
+    if request.version() == Version::HTTP_2 {
+        return is_extended_connect(request);
+    }
     let headers = request.headers();
     let upgrade = headers
         .get(http::header::UPGRADE)
@@ -38,6 +42,15 @@ pub fn is_upgrade(request: &Request<Incoming>) -> bool {
             .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
     });
     upgrade && connection && request.version() == Version::HTTP_11
+}
+
+/// Whether `request` is an HTTP/2 extended CONNECT for a WebSocket (RFC 8441, 4).
+fn is_extended_connect(request: &Request<Incoming>) -> bool {
+    request.method() == Method::CONNECT
+        && request
+            .extensions()
+            .get::<hyper::ext::Protocol>()
+            .is_some_and(|protocol| protocol.as_str().eq_ignore_ascii_case("websocket"))
 }
 
 /// Whether `key` is what RFC 6455 4.1 asks of `Sec-WebSocket-Key`: 16 bytes in base64, so 22
@@ -51,6 +64,37 @@ fn is_handshake_key(key: &[u8]) -> bool {
             .all(|&b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
 }
 
+/// What makes `request` no valid opening handshake (RFC 6455 4.2.1), as the 400's text.
+fn handshake_problem(request: &Request<Incoming>) -> Option<&'static str> {
+    let headers = request.headers();
+    if request.version() == Version::HTTP_2 {
+        // RFC 8441 5: no key (the stream is the handshake), the version as on HTTP/1.1.
+        return match headers.get(http::header::SEC_WEBSOCKET_VERSION) {
+            None => Some("Missing Sec-WebSocket-Version header"),
+            Some(version) if version.as_bytes() != b"13" => {
+                Some("Unsupported Sec-WebSocket-Version: this server speaks 13")
+            }
+            Some(_) => None,
+        };
+    }
+    if request.method() != Method::GET {
+        return Some("WebSocket handshake needs the GET method");
+    }
+    let Some(key) = headers.get(http::header::SEC_WEBSOCKET_KEY) else {
+        return Some("Missing Sec-WebSocket-Key header");
+    };
+    if !is_handshake_key(key.as_bytes()) {
+        return Some("Invalid Sec-WebSocket-Key header");
+    }
+    match headers.get(http::header::SEC_WEBSOCKET_VERSION) {
+        None => Some("Missing Sec-WebSocket-Version header"),
+        Some(version) if version.as_bytes() != b"13" => {
+            Some("Unsupported Sec-WebSocket-Version: this server speaks 13")
+        }
+        Some(_) => None,
+    }
+}
+
 /// Serves one upgrade request: the app decides the answer, and a 101 hands the connection to
 /// the socket task. The caller has counted the request in flight; the app's end uncounts it.
 pub async fn upgrade(
@@ -59,26 +103,46 @@ pub async fn upgrade(
     conn: &ConnInfo,
     server: Arc<Server>,
 ) -> Response<Bytes> {
-    let headers = request.headers();
-    let version_ok = headers
-        .get(http::header::SEC_WEBSOCKET_VERSION)
-        .is_some_and(|v| v.as_bytes() == b"13");
-    let key = headers
-        .get(http::header::SEC_WEBSOCKET_KEY)
-        .filter(|key| is_handshake_key(key.as_bytes()))
-        .cloned();
-    let (Some(key), true, &Method::GET) = (key, version_ok, request.method()) else {
+    let trace = server
+        .settings
+        .trace_connections
+        .then(|| conn.client_prefix());
+    if let Some(client) = &trace {
+        log_line(
+            &server.py,
+            TRACE,
+            &format!("{client}Upgrading to WebSocket"),
+        );
+    }
+    if let Some(problem) = handshake_problem(&request) {
         server.state.request_finished();
-        let mut refused = closing_response(StatusCode::BAD_REQUEST, &server.settings);
-        refused.headers_mut().insert(
+        let body = Bytes::from_static(problem.as_bytes());
+        let mut refused = server_response(
+            StatusCode::BAD_REQUEST,
+            "text/plain; charset=utf-8",
+            body,
+            &server.settings,
+        );
+        let headers = refused.headers_mut();
+        if request.version() != Version::HTTP_2 {
+            headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        headers.insert(
             http::header::SEC_WEBSOCKET_VERSION,
-            http::HeaderValue::from_static("13"),
+            HeaderValue::from_static("13"),
         );
         return refused;
-    };
+    }
+    // The `Sec-WebSocket-Accept` of an HTTP/1.1 handshake; HTTP/2 has none (RFC 8441 5).
+    let accept_key = request
+        .headers()
+        .get(http::header::SEC_WEBSOCKET_KEY)
+        .filter(|_| request.version() != Version::HTTP_2)
+        .map(|key| derive_accept_key(key.as_bytes()));
     let on_upgrade = hyper::upgrade::on(&mut request);
     let (parts, _body) = request.into_parts();
     let forwarded = conn.forwarded(&parts.headers, &server.settings);
+    // RFC 8441 keeps Sec-WebSocket-Extensions: HTTP/2 negotiates as HTTP/1.1 does.
     let deflate = match server.settings.ws_per_message_deflate {
         true => negotiate(
             parts
@@ -88,11 +152,7 @@ pub async fn upgrade(
         false => None,
     };
     let (deflate, extensions) = deflate.unzip();
-    let (exchange, answer, ends) = WsExchange::new(
-        server.clone(),
-        derive_accept_key(key.as_bytes()),
-        extensions,
-    );
+    let (exchange, answer, ends) = WsExchange::new(server.clone(), accept_key, extensions);
     // Ended by `on_app_done`, which runs exactly once however the app ends.
     server.state.ws_sessions.send_modify(|open| *open += 1);
     Python::attach(|py| {
@@ -101,10 +161,19 @@ pub async fn upgrade(
             on_app_done(py, &exchange, Err(err));
         }
     });
-    let response = answer
-        .await
-        .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, &server.settings));
-    let accepted = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+    // A shutdown does not wait for an app that never answers the handshake: 503, and the app
+    // hears the client is gone (1006), as from uvicorn.
+    let mut stopping = server.state.stopping();
+    let response = tokio::select! {
+        answer = answer => answer.unwrap_or_else(|_| {
+            plain_response(StatusCode::INTERNAL_SERVER_ERROR, &server.settings)
+        }),
+        _ = stopping.wait_for(Option::is_some) => {
+            exchange.abandon();
+            closing_response(StatusCode::SERVICE_UNAVAILABLE, &server.settings)
+        }
+    };
+    let accepted = exchange.accepted();
     let target = parts
         .uri
         .path_and_query()
@@ -117,32 +186,27 @@ pub async fn upgrade(
         "{} - \"WebSocket {target}\" {handshake}",
         conn.client_label(&forwarded)
     );
-    log_info(&server.py, &line);
+    log_line(&server.py, INFO, &line);
     if accepted {
-        log_info(&server.py, "connection open");
+        log_line(&server.py, INFO, "connection open");
         tokio::spawn(async move {
+            let py = &exchange.server.py;
             match on_upgrade.await {
-                Ok(upgraded) => run_socket(upgraded, exchange.clone(), ends, deflate).await,
-                Err(_) => exchange.mark_closed(1006, String::new()),
+                Ok(upgraded) => {
+                    if let Some(client) = &trace {
+                        log_line(py, TRACE, &format!("{client}WebSocket connection made"));
+                    }
+                    run_socket(upgraded, exchange.clone(), ends, deflate).await;
+                    if let Some(client) = &trace {
+                        log_line(py, TRACE, &format!("{client}WebSocket connection lost"));
+                    }
+                }
+                Err(_) => exchange.mark_closed(1006, None),
             }
-            log_info(&exchange.server.py, "connection closed");
+            log_line(&exchange.server.py, INFO, "connection closed");
         });
     }
     response
-}
-
-/// A line at INFO on the error logger: uvicorn's three lines for each WebSocket (the
-/// handshake with its outcome, "connection open", "connection closed") go there too.
-fn log_info(handles: &PyHandles, line: &str) {
-    Python::attach(|py| {
-        let logged = handles
-            .error_logger
-            .bind(py)
-            .call_method1(intern!(py, "info"), (line,));
-        if let Err(err) = logged {
-            err.write_unraisable(py, None);
-        }
-    });
 }
 
 fn start_app(
@@ -223,7 +287,21 @@ fn on_app_done(py: Python<'_>, exchange: &Arc<WsExchange>, result: PyResult<Py<P
     let server = &exchange.server;
     server.state.request_finished();
     server.state.ws_sessions.send_modify(|open| *open -= 1);
-    exchange.finish_app(result.is_err());
+    // A value returned is an app error, as uvicorn has it: the ASGI callable returns None.
+    let returned = match &result {
+        Ok(value) if !value.is_none(py) => Some(format!(
+            "ASGI callable should return None, but returned '{}'.",
+            value.bind(py)
+        )),
+        _ => None,
+    };
+    let failed = result.is_err() || returned.is_some();
+    if let Some(problem) = exchange.finish_app(failed) {
+        log_line(&server.py, ERROR, problem);
+    }
+    if let Some(returned) = returned {
+        log_line(&server.py, ERROR, &returned);
+    }
     if let Err(error) = result {
         log_app_exception(py, &server.py, error);
     }
