@@ -33,6 +33,7 @@ from test_server_websocket import (
     still_serving,
     ws_connect,
 )
+from test_websocket_http2 import plain_client
 from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
 
 APP = "ws_app:app"
@@ -478,3 +479,25 @@ def test_compressed_frame_over_max_size_closes_1009() -> None:
         finally:
             ws.close()
         still_serving(srv)
+
+
+def test_deflate_over_an_http2_stream() -> None:
+    """Rule: on an RFC 8441 stream (HTTP/2 extended CONNECT) permessage-deflate is offered and
+    agreed as on HTTP/1.1: a compressed text frame is echoed compressed, and inflates to the
+    message. Fails if HTTP/2 skips the negotiation (seen with --ws-per-message-deflate false:
+    the RSV1 frame is answered with a 1002 close)."""
+    with running_server(APP, "--http2") as srv:
+        client = plain_client(srv)
+        try:
+            offer = ("sec-websocket-extensions", "permessage-deflate")
+            stream = client.connect_ws("/echo", offer)
+            assert client.response(stream) == 200
+            client.conn.send_data(
+                stream, build_frame(OP_TEXT, deflate(JSON_LIKE.encode()), rsv=RSV1)
+            )
+            client.flush()
+            [(opcode, payload)] = client.next_frames(stream)
+            assert opcode == OP_TEXT, (opcode, payload)
+            assert inflate(payload) == JSON_LIKE.encode()
+        finally:
+            client.sock.close()
