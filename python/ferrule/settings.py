@@ -676,7 +676,8 @@ SETTINGS: tuple[Setting, ...] = (
         "ws_max_size",
         "websockets",
         16 * 1024 * 1024,
-        "The largest WebSocket message in bytes: past it, the socket closes with 1009.",
+        "The largest WebSocket message in bytes (once inflated, with permessage-deflate): past "
+        "it, the socket closes with 1009.",
         type=int,
         metavar="BYTES",
     ),
@@ -709,8 +710,9 @@ SETTINGS: tuple[Setting, ...] = (
         "ws_per_message_deflate",
         "websockets",
         True,
-        "uvicorn's option, accepted either way: ferrule does not negotiate permessage-deflate, "
-        "so WebSocket frames go uncompressed (clients offering it fall back).",
+        "Agree to permessage-deflate (RFC 7692) with WebSocket clients that offer it: messages "
+        "both ways are compressed; --ws-max-size applies to the inflated size. false: decline it "
+        "(clients fall back to uncompressed frames).",
         type=boolean,
         metavar="BOOLEAN",
     ),

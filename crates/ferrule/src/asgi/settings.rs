@@ -65,6 +65,8 @@ pub struct Settings {
     /// How long a ping may go unanswered; `None` (0 in `Config`): forever.
     #[pyo3(from_py_with = read::ws_ping_timeout)]
     pub ws_ping_timeout: Option<Duration>,
+    /// Whether permessage-deflate is agreed with clients that offer it.
+    pub ws_per_message_deflate: bool,
     /// Requests to serve before the server stops itself (`--limit-max-requests` with its jitter).
     pub max_requests: Option<u64>,
     /// Whether the server stops itself at `max_requests`; a supervisor's worker instead asks
@@ -285,9 +287,9 @@ settings = dict(
     max_head_size=65536, connection_limit=100, access_log=True, server_header=True,
     date_header=False, headers=[(" x-a ", " 1 ")], proxy_headers=True,
     trusted_proxies=["127.0.0.1"], http="1", websockets=True, ws_max_size=1024,
-    ws_max_queue=32, ws_ping_interval=20.0, ws_ping_timeout=0, max_requests=None,
-    max_requests_stops=True, timeout_graceful_shutdown=None, reset_contextvars=False,
-    http2_max_concurrent_streams=50, log_level_number=20,
+    ws_max_queue=32, ws_ping_interval=20.0, ws_ping_timeout=0, ws_per_message_deflate=True,
+    max_requests=None, max_requests_stops=True, timeout_graceful_shutdown=None,
+    reset_contextvars=False, http2_max_concurrent_streams=50, log_level_number=20,
 )
 settings.update({changes})
 config = types.SimpleNamespace(**settings)

@@ -202,6 +202,9 @@ impl WsSend {
             }
             None => StatusCode::OK,
         };
+        if let Some(extensions) = state.extensions.clone() {
+            headers.insert(http::header::SEC_WEBSOCKET_EXTENSIONS, extensions);
+        }
         self.exchange
             .server
             .settings

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use http::{HeaderMap, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use tokio::sync::{mpsc, oneshot};
@@ -48,6 +48,8 @@ pub(super) struct State {
     head_tx: Option<oneshot::Sender<Response<Bytes>>>,
     /// `Sec-WebSocket-Accept` for an HTTP/1.1 handshake; `None` on HTTP/2 (answered 200).
     pub(super) accept_key: Option<String>,
+    /// The `Sec-WebSocket-Extensions` of the answer, when permessage-deflate was agreed.
+    pub(super) extensions: Option<HeaderValue>,
     pub(super) denial: Option<(StatusCode, HeaderMap, Vec<u8>)>,
     pub(super) outbound: Option<mpsc::Sender<Message>>,
     /// How the socket ended (code, reason), once it has: what `receive()` reports after the
@@ -74,7 +76,11 @@ pub struct SocketEnds {
 pub type Answer = oneshot::Receiver<Response<Bytes>>;
 
 impl WsExchange {
-    pub fn new(server: Arc<Server>, accept_key: Option<String>) -> (Arc<Self>, Answer, SocketEnds) {
+    pub fn new(
+        server: Arc<Server>,
+        accept_key: Option<String>,
+        extensions: Option<HeaderValue>,
+    ) -> (Arc<Self>, Answer, SocketEnds) {
         let (head_tx, head_rx) = oneshot::channel();
         // Messages from the client waiting for the app's `receive()` (`--ws-max-queue`); past
         // this the socket is not read.
@@ -88,6 +94,7 @@ impl WsExchange {
                 accepted: false,
                 head_tx: Some(head_tx),
                 accept_key,
+                extensions,
                 denial: None,
                 outbound: Some(outbound_tx),
                 socket_ended: None,

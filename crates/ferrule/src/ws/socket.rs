@@ -16,7 +16,10 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
+use super::deflate_params::DeflateParams;
+use super::deflater::Deflater;
 use super::exchange::{close_message, Inbound, SocketEnds, WsExchange};
+use super::inflating_stream::{CloseWith, InflatingStream};
 
 /// How long the server waits for the client's half of a close handshake it started.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -36,12 +39,21 @@ fn error_close_code(err: &WsError) -> Option<u16> {
         WsError::Utf8(_) => Some(1007),
         WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => None,
         WsError::Protocol(_) => Some(1002),
+        WsError::Io(err) => err
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<CloseWith>())
+            .map(|close| close.0),
         _ => None,
     }
 }
 
 /// Owns the upgraded connection until the WebSocket is over.
-pub async fn run_socket(upgraded: Upgraded, exchange: Arc<WsExchange>, ends: SocketEnds) {
+pub async fn run_socket(
+    upgraded: Upgraded,
+    exchange: Arc<WsExchange>,
+    ends: SocketEnds,
+    deflate: Option<DeflateParams>,
+) {
     let settings = &exchange.server.settings;
     let max_size = settings.ws_max_size;
     let SocketEnds {
@@ -51,8 +63,9 @@ pub async fn run_socket(upgraded: Upgraded, exchange: Arc<WsExchange>, ends: Soc
     let config = WebSocketConfig::default()
         .max_message_size(Some(max_size))
         .max_frame_size(Some(max_size));
-    let socket =
-        WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
+    let io = InflatingStream::new(TokioIo::new(upgraded), deflate.as_ref(), max_size);
+    let mut deflater = deflate.as_ref().map(Deflater::new);
+    let socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(config)).await;
     let (mut sink, mut stream) = socket.split();
     let mut stopping = exchange.server.state.stopping();
     // The close code the app hears, once known.
@@ -128,6 +141,10 @@ pub async fn run_socket(upgraded: Upgraded, exchange: Arc<WsExchange>, ends: Soc
                         if let Message::Close(Some(frame)) = &message {
                             ended = Some((u16::from(frame.code), Some(frame.reason.as_str().to_owned())));
                         }
+                        let message = match deflater.as_mut() {
+                            Some(deflater) => deflater.message(message),
+                            None => message,
+                        };
                         if sink.send(message).await.is_err() {
                             break;
                         }
@@ -177,7 +194,8 @@ pub async fn run_socket(upgraded: Upgraded, exchange: Arc<WsExchange>, ends: Soc
     let _ = sink.close().await;
     if draining {
         if let Ok(mut socket) = stream.reunite(sink) {
-            drain(socket.get_mut()).await;
+            // Past the inflating layer: what is left is only dropped.
+            drain(socket.get_mut().inner_mut()).await;
         }
     }
 }

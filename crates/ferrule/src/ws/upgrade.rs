@@ -22,6 +22,7 @@ use crate::asgi::server::Server;
 use crate::bridge::Completion;
 
 use super::callables::{WsReceive, WsSend};
+use super::deflate_params::negotiate;
 use super::exchange::WsExchange;
 use super::socket::run_socket;
 
@@ -141,7 +142,17 @@ pub async fn upgrade(
     let on_upgrade = hyper::upgrade::on(&mut request);
     let (parts, _body) = request.into_parts();
     let forwarded = conn.forwarded(&parts.headers, &server.settings);
-    let (exchange, answer, ends) = WsExchange::new(server.clone(), accept_key);
+    // RFC 8441 keeps Sec-WebSocket-Extensions: HTTP/2 negotiates as HTTP/1.1 does.
+    let deflate = match server.settings.ws_per_message_deflate {
+        true => negotiate(
+            parts
+                .headers
+                .get_all(http::header::SEC_WEBSOCKET_EXTENSIONS),
+        ),
+        false => None,
+    };
+    let (deflate, extensions) = deflate.unzip();
+    let (exchange, answer, ends) = WsExchange::new(server.clone(), accept_key, extensions);
     // Ended by `on_app_done`, which runs exactly once however the app ends.
     server.state.ws_sessions.send_modify(|open| *open += 1);
     Python::attach(|py| {
@@ -185,7 +196,7 @@ pub async fn upgrade(
                     if let Some(client) = &trace {
                         log_line(py, TRACE, &format!("{client}WebSocket connection made"));
                     }
-                    run_socket(upgraded, exchange.clone(), ends).await;
+                    run_socket(upgraded, exchange.clone(), ends, deflate).await;
                     if let Some(client) = &trace {
                         log_line(py, TRACE, &format!("{client}WebSocket connection lost"));
                     }
