@@ -1,11 +1,13 @@
 """The access log: ``--access-log-format`` and each of its atoms, read from the line a real
-server writes on stdout; refused formats.
+server writes on stdout; WebSocket sessions' lines (handshake and close), in uvicorn's style and
+in a format; refused formats.
 
 uvicorn's default line itself is checked in ``test_server_cli.py``
 (``test_access_log_line_format`` and its neighbours)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import re
 import subprocess
@@ -17,6 +19,8 @@ from typing import Any
 import httpx
 import pytest
 from serverutil import APPS_DIR, ServerProcess, ferrule_command, running_server
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 #: Every atom, each as ``NAME=VALUE`` between bars, after the request's tag.
 FORMAT = (
@@ -177,3 +181,71 @@ def test_a_bad_format_from_python_raises_naming_the_setting() -> None:
     ).stdout
     assert out.startswith("access_log_format: unknown atom %(nope)s"), out
 
+
+# WebSocket sessions
+
+
+def ws_session(server: ServerProcess, path: str, client_close: int | None = None) -> None:
+    """Opens a WebSocket on ``path``; closes it with ``client_close``, or waits for the server
+    to close it. A refused handshake is no error."""
+
+    async def session() -> None:
+        url = f"ws://127.0.0.1:{server.port}{path}"
+        try:
+            async with connect(url, open_timeout=5, close_timeout=5, proxy=None) as ws:
+                if client_close is not None:
+                    await ws.close(client_close)
+                else:
+                    try:
+                        await asyncio.wait_for(ws.recv(), 5)
+                    except ConnectionClosed:
+                        pass
+        except InvalidStatus:
+            pass
+
+    asyncio.run(asyncio.wait_for(session(), 15))
+
+
+def test_websocket_lines_in_uvicorns_style() -> None:
+    """Rule: with no format, a session logs on the access logger (stdout) uvicorn's handshake
+    line ``CLIENT - "WebSocket /path?query" [accepted]``, then, once closed, ``CLIENT -
+    "WebSocket /path?query" [closed CODE] SECONDSs``: the client's code, or the app's; a
+    refused handshake logs its status instead of [accepted], and no close line. Broken (seen
+    before): the handshake line was on stderr (the error logger) and no line told of the
+    close."""
+    tag = uuid.uuid4().hex
+    client = r"127\.0\.0\.1:\d+"
+    with running_server("access_app:app") as server:
+        ws_session(server, f"/chat?tag={tag}", client_close=4002)
+        ws_session(server, f"/chat?tag={tag}&close=4001")
+        ws_session(server, f"/refuse?tag={tag}")
+        for query, code in ((f"tag={tag}", 4002), (f"tag={tag}&close=4001", 4001)):
+            target = re.escape(f"/chat?{query}")
+            server.wait_for_output(
+                rf'(?m)^INFO:     {client} - "WebSocket {target}" \[accepted\]$', stream="stdout"
+            )
+            server.wait_for_output(
+                rf'(?m)^INFO:     {client} - "WebSocket {target}" \[closed {code}\] \d+\.\d{{3}}s$',
+                stream="stdout",
+            )
+        refused = re.escape(f"/refuse?tag={tag}")
+        server.wait_for_output(rf'{client} - "WebSocket {refused}" 403$', stream="stdout")
+    # uvicorn's other two lines stay on the error logger.
+    assert "connection open" in server.stderr, server.describe()
+    assert f'/refuse?tag={tag}" [closed' not in server.stdout, server.describe()
+
+
+def test_websocket_lines_in_a_format() -> None:
+    """Rule: with --access-log-format, a session's two lines use it: the handshake's with
+    %(s)s 101 and %(c)s "-", the close's with %(c)s the close code and the time atoms the
+    session's length; a refusal's with its status. Broken: no WebSocket line in the format,
+    or the close line without its code."""
+    tag = uuid.uuid4().hex
+    fmt = "WS %(m)s %(U)s %(q)s %(s)s %(c)s %(D)s"
+    with running_server("access_app:app", "--access-log-format", fmt) as server:
+        ws_session(server, f"/chat?tag={tag}", client_close=4003)
+        ws_session(server, f"/refuse?tag={tag}")
+        server.wait_for_output(rf"WS GET /chat tag={tag} 101 - \d+\n", stream="stdout")
+        closed = server.wait_for_output(rf"WS GET /chat tag={tag} 101 4003 (\d+)", stream="stdout")
+        server.wait_for_output(rf"WS GET /refuse tag={tag} 403 - \d+", stream="stdout")
+    assert int(closed.group(1)) > 0
