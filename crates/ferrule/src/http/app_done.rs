@@ -1,14 +1,14 @@
 //! What happens when an app's coroutine finishes: make sure the client has an answer, log a
-//! traceback for a failure, write the access log line.
+//! traceback for a failure, write the access log line (with the body bytes and response
+//! headers it names, for `--access-log-format`).
 
 use std::sync::Arc;
 
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use crate::asgi::logging::log_app_exception;
-
 use crate::asgi::access_log::AccessEntry;
+use crate::asgi::logging::log_app_exception;
 
 use super::access_log::log_access;
 use super::exchange::Exchange;
