@@ -174,10 +174,14 @@ def _log_level(value: str | int | None) -> str | int | None:
 
 
 def _access_log_format(value: str | None) -> str | None:
-    if value is not None:
-        from ferrule._ferrule import check_access_log_format
+    """The format as the server core will parse it (one parser: the core's)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string of atoms such as '%(h)s %(r)s', not {value!r}")
+    from ferrule._ferrule import check_access_log_format
 
-        check_access_log_format(value)
+    check_access_log_format(value)
     return value
 
 
