@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import re
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -98,8 +100,8 @@ def test_atom(server: ServerProcess, atom: str, request_options: dict, expected:
     path and q the query string, H the protocol, s the status, b/B the body bytes sent ("-" /
     0 for none, none for HEAD), f the Referer, a the User-Agent, ``{NAME}i``/``{NAME}o`` a
     request/response header whatever its case, c "-" outside WebSockets, "%%" a "%"; "-"
-    for a value missing. Broken (seen before the format existed): the server refused the
-    format, so no line at all; with the first draft, b counted only the last body message."""
+    for a value missing. Seen failing with the core broken on purpose: b written 0 for no
+    body (b-13), HEAD counted its body (B-16), f read from a misspelt header (f-17)."""
     assert atoms(server, **request_options)[atom] == expected
 
 
@@ -115,7 +117,8 @@ def test_time_atom(server: ServerProcess) -> None:
 def test_duration_atoms(server: ServerProcess) -> None:
     """Rule: T, M, D and L are the request's time in whole seconds, milliseconds, microseconds
     and decimal seconds (six places), all of one measure, at least the 0.3 s the app slept.
-    Broken: a unit off by 1000, or a time that does not include the app's."""
+    Broken: a unit off by 1000, or a time that does not include the app's (seen failing with
+    M written in microseconds)."""
     found = atoms(server, params={"sleep": "0.3"})
     micros = int(found["D"])
     assert micros >= 300_000, found
@@ -182,6 +185,45 @@ def test_a_bad_format_from_python_raises_naming_the_setting() -> None:
     assert out.startswith("access_log_format: unknown atom %(nope)s"), out
 
 
+@pytest.mark.parametrize("with_format", [False, True], ids=["default", "format"])
+def test_the_records_shape(tmp_path: Path, with_format: bool) -> None:
+    """Rule: without a format the access record is uvicorn's, message
+    ``'%s - "%s %s HTTP/%s" %d'`` with arguments (client, method, target, version, status),
+    which ``--log-config`` formatters and filters read; with one, the message is the finished
+    line and there are no arguments (a "%" in it is not taken for a placeholder). Broken: the
+    default record's arguments changed, or a format's line formatted a second time (it
+    passed when written: it guards the shape main had)."""
+    config = {
+        "version": 1,
+        "formatters": {
+            "raw": {"format": "RAW %(msg)r %(args)r"},
+            "plain": {"format": "%(message)s"},
+        },
+        "handlers": {
+            "out": {"class": "logging.StreamHandler", "formatter": "raw"},
+            "err": {"class": "logging.StreamHandler", "formatter": "plain"},
+        },
+        "loggers": {
+            "uvicorn": {"handlers": ["err"], "level": "INFO"},
+            "uvicorn.access": {"handlers": ["out"], "level": "INFO", "propagate": False},
+        },
+    }
+    path = tmp_path / "logging.json"
+    path.write_text(json.dumps(config))
+    fmt = ["--access-log-format", "%(m)s %(U)s 100%%"] if with_format else []
+    tag = uuid.uuid4().hex
+    with running_server("access_app:app", "--log-config", str(path), *fmt) as server:
+        server.get(f"/{tag}")
+        if with_format:
+            server.wait_for_output(rf"RAW 'GET /{tag} 100%' \(\)")
+        else:
+            line = server.wait_for_output(rf"RAW (.*/{tag}.*)").group(1)
+            pattern = (
+                rf"""'%s - "%s %s HTTP/%s" %d' \('127.0.0.1:\d+', 'GET', '/{tag}', '1.1', 200\)"""
+            )
+            assert re.fullmatch(pattern, line), line
+
+
 # WebSocket sessions
 
 
@@ -210,9 +252,10 @@ def test_websocket_lines_in_uvicorns_style() -> None:
     """Rule: with no format, a session logs on the access logger (stdout) uvicorn's handshake
     line ``CLIENT - "WebSocket /path?query" [accepted]``, then, once closed, ``CLIENT -
     "WebSocket /path?query" [closed CODE] SECONDSs``: the client's code, or the app's; a
-    refused handshake logs its status instead of [accepted], and no close line. Broken (seen
-    before): the handshake line was on stderr (the error logger) and no line told of the
-    close."""
+    refused handshake logs its status instead of [accepted], and no close line. Fails
+    without the change: the handshake line was on stderr (the error logger, where
+    ``test_server_websocket.py`` found it before) and no line told of the close; seen failing
+    with the close code always written 1000."""
     tag = uuid.uuid4().hex
     client = r"127\.0\.0\.1:\d+"
     with running_server("access_app:app") as server:
@@ -239,7 +282,7 @@ def test_websocket_lines_in_a_format() -> None:
     """Rule: with --access-log-format, a session's two lines use it: the handshake's with
     %(s)s 101 and %(c)s "-", the close's with %(c)s the close code and the time atoms the
     session's length; a refusal's with its status. Broken: no WebSocket line in the format,
-    or the close line without its code."""
+    or the close line without its code (seen failing with it always 1000)."""
     tag = uuid.uuid4().hex
     fmt = "WS %(m)s %(U)s %(q)s %(s)s %(c)s %(D)s"
     with running_server("access_app:app", "--access-log-format", fmt) as server:
