@@ -292,3 +292,32 @@ def test_websocket_lines_in_a_format() -> None:
         closed = server.wait_for_output(rf"WS GET /chat tag={tag} 101 4003 (\d+)", stream="stdout")
         server.wait_for_output(rf"WS GET /refuse tag={tag} 403 - \d+", stream="stdout")
     assert int(closed.group(1)) > 0
+
+
+@pytest.mark.parametrize("with_format", [False, True], ids=["default", "format"])
+def test_websocket_lines_over_http2(with_format: bool) -> None:
+    """Rule: a session on an HTTP/2 stream (RFC 8441) logs as one over HTTP/1.1: uvicorn's
+    ``[accepted]`` though the answer is 200, then its close; in a format, %(m)s CONNECT,
+    %(H)s HTTP/2 and %(s)s 200 on both lines, %(c)s the client's close code on the second.
+    Broken: the handshake logged as a refusal, "200" in place of [accepted] (what taking 101
+    for "accepted" did; not seen run, as HTTP/2 sessions came after that code)."""
+    from test_websocket_http2 import OP_CLOSE, plain_client
+
+    tag = uuid.uuid4().hex
+    fmt = ["--access-log-format", "H2 %(m)s %(U)s %(q)s %(H)s %(s)s %(c)s"] if with_format else []
+    with running_server("access_app:app", "--http2", *fmt) as server:
+        client = plain_client(server)
+        try:
+            stream = client.connect_ws(f"/chat?tag={tag}")
+            assert client.response(stream) == 200
+            client.send_ws(stream, OP_CLOSE, (4002).to_bytes(2, "big"))
+            client.next_frames(stream)  # the server's answering close
+        finally:
+            client.sock.close()
+        if with_format:
+            server.wait_for_output(rf"H2 CONNECT /chat tag={tag} HTTP/2 200 -\n", stream="stdout")
+            server.wait_for_output(rf"H2 CONNECT /chat tag={tag} HTTP/2 200 4002", stream="stdout")
+        else:
+            target = re.escape(f"/chat?tag={tag}")
+            server.wait_for_output(rf'"WebSocket {target}" \[accepted\]', stream="stdout")
+            server.wait_for_output(rf'"WebSocket {target}" \[closed 4002\]', stream="stdout")
