@@ -173,6 +173,18 @@ def _log_level(value: str | int | None) -> str | int | None:
     return value.lower()
 
 
+def _access_log_format(value: str | None) -> str | None:
+    """The format as the server core will parse it (one parser: the core's)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string of atoms such as '%(h)s %(r)s', not {value!r}")
+    from ferrule._ferrule import check_access_log_format
+
+    check_access_log_format(value)
+    return value
+
+
 def as_list(value: list[str] | str | None) -> list[str]:
     """An option given as one string, a list of them, or nothing, as a list."""
     if value is None:
@@ -555,6 +567,18 @@ SETTINGS: tuple[Setting, ...] = (
         True,
         "Log a line per request (logger 'ferrule.access', on stdout by default).",
         form="switch",
+    ),
+    Setting(
+        "access_log_format",
+        "logging",
+        None,
+        "The access line in gunicorn's atoms, such as '%(h)s %(l)s %(u)s %(t)s \"%(r)s\" "
+        '%(s)s %(b)s "%(f)s" "%(a)s"\' (see docs/operations.md, "Access log", for every '
+        "atom); %(c)s is a WebSocket's close code. A '%' is written '%%'.",
+        metavar="FORMAT",
+        default_text="uvicorn's line, 'CLIENT - \"GET /path HTTP/1.1\" 200 OK'",
+        check=_access_log_format,
+        uvicorn=False,
     ),
     Setting(
         "use_colors",

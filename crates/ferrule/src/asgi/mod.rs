@@ -5,6 +5,8 @@
 //!   - `live`: `LiveState`, what changes as it runs (requests in flight, stopping);
 //!   - `diagnostics`: `Diagnostics`, the benchmark's hooks answered from Rust;
 //! - `conn`: `ConnInfo`, one connection's two ends;
+//! - `access_format`: `AccessFormat`, an `--access-log-format` parsed into its atoms;
+//! - `access_log`: `AccessEntry`, what an access line needs of a request, and writing one;
 //! - `raw_head`: `RawHead`, a request head as the client sent it;
 //! - `proxy`: what a trusted proxy's `X-Forwarded-*` headers change in the scope;
 //! - `scope`: the ASGI scope of a request;
@@ -13,6 +15,8 @@
 //! - `disconnected`: `ClientDisconnected`, what `send()` raises once the client has gone;
 //! - `logging`: logging what an app raised.
 
+pub(crate) mod access_format;
+pub(crate) mod access_log;
 pub(crate) mod conn;
 pub(crate) mod diagnostics;
 pub(crate) mod disconnected;
@@ -31,11 +35,16 @@ use pyo3::prelude::*;
 
 pub use self::disconnected::ClientDisconnected;
 
-/// Registers the exception the ASGI callables raise on `module`.
+/// Registers the exception the ASGI callables raise, and the access log format's check, on
+/// `module`.
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add(
         "ClientDisconnected",
         module.py().get_type::<ClientDisconnected>(),
     )?;
+    module.add_function(pyo3::wrap_pyfunction!(
+        access_format::check_access_log_format,
+        module
+    )?)?;
     Ok(())
 }

@@ -7,6 +7,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use super::access_format::AccessFormat;
 use super::proxy::{Forwarded, TrustedProxies};
 
 /// The server's settings: each field is the `Config` attribute of the same name, read as its
@@ -36,6 +37,9 @@ pub struct Settings {
     pub trace_connections: bool,
     /// Whether each request is logged on `ferrule.access` (when INFO is enabled there).
     pub access_log: bool,
+    /// `--access-log-format`: the access line's atoms; `None`, uvicorn's line.
+    #[pyo3(from_py_with = read::access_log_format)]
+    pub access_log_format: Option<AccessFormat>,
     /// Whether responses say `server: ferrule` (unless the app set a `server` header).
     pub server_header: bool,
     /// Whether hyper adds a `date` header to responses that lack one.
@@ -179,7 +183,7 @@ mod read {
     use pyo3::exceptions::PyValueError;
     use pyo3::prelude::*;
 
-    use super::{optional_seconds, HttpVersions, MIN_HEAD_SIZE};
+    use super::{optional_seconds, AccessFormat, HttpVersions, MIN_HEAD_SIZE};
     use crate::asgi::proxy::TrustedProxies;
 
     /// `log_level_number`: whether it is at or below uvicorn's TRACE.
@@ -219,6 +223,14 @@ mod read {
                 })
             })
             .collect()
+    }
+
+    pub fn access_log_format(value: &Bound<'_, PyAny>) -> PyResult<Option<AccessFormat>> {
+        let format: Option<String> = value.extract()?;
+        format
+            .map(|format| AccessFormat::parse(&format))
+            .transpose()
+            .map_err(|problem| PyValueError::new_err(format!("access_log_format: {problem}")))
     }
 
     pub fn trusted_proxies(value: &Bound<'_, PyAny>) -> PyResult<TrustedProxies> {
@@ -284,7 +296,8 @@ mod tests {
 import types
 settings = dict(
     root_path="/api", timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=10,
-    max_head_size=65536, connection_limit=100, access_log=True, server_header=True,
+    max_head_size=65536, connection_limit=100, access_log=True, access_log_format=None,
+    server_header=True,
     date_header=False, headers=[(" x-a ", " 1 ")], proxy_headers=True,
     trusted_proxies=["127.0.0.1"], http="1", websockets=True, ws_max_size=1024,
     ws_max_queue=32, ws_ping_interval=20.0, ws_ping_timeout=0, ws_per_message_deflate=True,
@@ -353,6 +366,10 @@ config = types.SimpleNamespace(**settings)
                     "timeout_keep_alive must be a number >= 0",
                 ),
                 ("headers=[('a b', '1')]", "not a valid header"),
+                (
+                    "access_log_format='%(zz)s'",
+                    "access_log_format: unknown atom %(zz)s",
+                ),
                 (
                     "max_head_size=100",
                     "the request head limit must be at least 4096",

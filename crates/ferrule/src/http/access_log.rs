@@ -1,63 +1,45 @@
 //! The access log line of one request.
 
-use http::Version;
-use pyo3::intern;
+use http::HeaderValue;
 use pyo3::prelude::*;
 
-use crate::asgi::conn::ConnInfo;
-use crate::asgi::handles::PyHandles;
-use crate::asgi::proxy::Forwarded;
+use crate::asgi::access_log::{log_info, AccessEntry, Outcome};
+use crate::asgi::server::Server;
 
-/// The request line parts the access log needs, captured before the request is handed over.
-pub struct AccessInfo {
-    client: String,
-    method: String,
-    target: String,
-    version: &'static str,
-}
-
-impl AccessInfo {
-    pub fn new(parts: &http::request::Parts, conn: &ConnInfo, forwarded: &Forwarded) -> Self {
-        let target = parts
-            .uri
-            .path_and_query()
-            .map_or_else(|| parts.uri.path().to_owned(), |pq| pq.to_string());
-        Self {
-            client: conn.client_label(forwarded),
-            method: parts.method.to_string(),
-            target,
-            version: http_version(parts.version),
-        }
-    }
-}
-
+/// Writes the request's access line: uvicorn's, whose record arguments (client, method,
+/// target, HTTP version, status) `--log-config` formatters may read, or `--access-log-format`'s.
 pub(super) fn log_access(
     py: Python<'_>,
-    handles: &PyHandles,
-    access: Option<&AccessInfo>,
+    server: &Server,
+    access: &AccessEntry,
     status: u16,
+    body_bytes: u64,
+    response_headers: &[Option<HeaderValue>],
 ) {
-    if let (Some(access_logger), Some(access)) = (&handles.access_logger, access) {
-        let _ = access_logger.bind(py).call_method1(
-            intern!(py, "info"),
+    let Some(logger) = &server.py.access_logger else {
+        return;
+    };
+    match &server.settings.access_log_format {
+        None => log_info(
+            py,
+            logger,
             (
                 "%s - \"%s %s HTTP/%s\" %d",
                 &access.client,
-                &access.method,
+                access.method.as_str(),
                 &access.target,
                 access.version,
                 status,
             ),
-        );
-    }
-}
-
-/// The HTTP version as the access line writes it (`HTTP/1.1`).
-fn http_version(version: Version) -> &'static str {
-    match version {
-        Version::HTTP_10 => "1.0",
-        Version::HTTP_09 => "0.9",
-        Version::HTTP_2 => "2",
-        _ => "1.1",
+        ),
+        Some(format) => {
+            let outcome = Outcome {
+                status,
+                body_bytes,
+                close_code: None,
+                response_headers,
+            };
+            log_info(py, logger, (access.render(format, &outcome),));
+        }
     }
 }

@@ -1,21 +1,23 @@
 //! What happens when an app's coroutine finishes: make sure the client has an answer, log a
-//! traceback for a failure, write the access log line.
+//! traceback for a failure, write the access log line (with the body bytes and response
+//! headers it names, for `--access-log-format`).
 
 use std::sync::Arc;
 
 use pyo3::intern;
 use pyo3::prelude::*;
 
+use crate::asgi::access_log::AccessEntry;
 use crate::asgi::logging::log_app_exception;
 
-use super::access_log::{log_access, AccessInfo};
+use super::access_log::log_access;
 use super::exchange::Exchange;
 
 /// The `Completion::Callback` of every request's job.
 pub fn on_app_done(
     py: Python<'_>,
     exchange: &Arc<Exchange>,
-    access: Option<&AccessInfo>,
+    access: Option<&AccessEntry>,
     result: PyResult<Py<PyAny>>,
 ) {
     let server = &exchange.server;
@@ -31,5 +33,18 @@ pub fn on_app_done(
             .bind(py)
             .call_method1(intern!(py, "error"), (problem,));
     }
-    log_access(py, &server.py, access, status);
+    let Some(access) = access else {
+        return;
+    };
+    if server.settings.access_log_format.is_none() {
+        log_access(py, server, access, status, 0, &[]);
+        return;
+    }
+    let (body_bytes, response_headers) = {
+        let mut state = exchange.state.lock().unwrap();
+        let no_body = exchange.head_request || matches!(status, 204 | 304);
+        let body_bytes = if no_body { 0 } else { state.body_sent };
+        (body_bytes, std::mem::take(&mut state.logged_headers))
+    };
+    log_access(py, server, access, status, body_bytes, &response_headers);
 }

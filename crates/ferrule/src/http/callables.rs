@@ -271,6 +271,7 @@ impl HttpSend {
                 .or_insert_with(|| HeaderValue::from(length));
         }
         let (tx, rx) = mpsc::channel(4);
+        state.body_sent = length;
         state.phase = Phase::Complete;
         // Complete already: hyper dropping this body early is nothing the app must hear of.
         let body = ResponseBody::stream(rx, exchange.clone(), None);

@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::asgi::access_format::AccessFormat;
 use crate::asgi::responses::{closing_response, plain_response};
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
@@ -73,13 +74,17 @@ pub(super) struct ExchangeState {
     pub(super) expects_trailers: bool,
     /// Trailer fields gathered from `http.response.trailers` messages so far.
     pub(super) trailers: HeaderMap,
+    /// The response headers `--access-log-format` names, taken as the head goes out.
+    pub(super) logged_headers: Vec<Option<HeaderValue>>,
 }
 
 impl ExchangeState {
     /// Answers `status` and closes, if the response has not started (else nothing to do).
     pub(super) fn refuse(&mut self, status: StatusCode, settings: &Settings) {
         if let Some(head_tx) = self.head_tx.take() {
-            let _ = head_tx.send(closing_response(status, settings));
+            let response = closing_response(status, settings);
+            self.body_sent = body_length(&response);
+            let _ = head_tx.send(response);
             self.status = status.as_u16();
         }
     }
@@ -125,6 +130,7 @@ impl Exchange {
                 disconnect_waiters: Vec::new(),
                 expects_trailers: false,
                 trailers: HeaderMap::new(),
+                logged_headers: Vec::new(),
             }),
             body: BodyQueue::default(),
         }
@@ -164,9 +170,13 @@ impl Exchange {
         let mut response = Response::new(body);
         *response.status_mut() = status;
         *response.headers_mut() = headers;
-        self.server
-            .settings
-            .add_default_headers(response.headers_mut());
+        let settings = &self.server.settings;
+        settings.add_default_headers(response.headers_mut());
+        if let (Some(format), Some(_)) =
+            (&settings.access_log_format, &self.server.py.access_logger)
+        {
+            state.logged_headers = AccessFormat::pick(&format.response_headers, response.headers());
+        }
         if self.expects_continue && matches!(state.body, RequestBody::Unread(_)) {
             // The app answers without reading the body, so no `100 Continue` went out and the
             // client may not have sent it: hyper closes the connection, having no way to tell
@@ -235,10 +245,12 @@ impl Exchange {
                 }
                 Phase::Waiting | Phase::HeadPending => {
                     if let Some(head_tx) = state.head_tx.take() {
-                        let _ = head_tx.send(plain_response(
+                        let response = plain_response(
                             StatusCode::INTERNAL_SERVER_ERROR,
                             &self.server.settings,
-                        ));
+                        );
+                        state.body_sent = body_length(&response);
+                        let _ = head_tx.send(response);
                         state.status = 500;
                     }
                     Some(unfinished)
@@ -273,6 +285,13 @@ impl BodySource for Exchange {
             Python::attach(|py| self.mark_disconnected(py));
         }
     }
+}
+
+/// The length of a response the server made itself (its body is whole), for the access log.
+fn body_length(response: &Response<ResponseBody>) -> u64 {
+    http_body::Body::size_hint(response.body())
+        .exact()
+        .unwrap_or(0)
 }
 
 pub(super) fn disconnect_message(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {

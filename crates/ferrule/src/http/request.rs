@@ -10,6 +10,7 @@ use hyper::body::Incoming;
 use pyo3::prelude::*;
 use tokio::sync::oneshot;
 
+use crate::asgi::access_log::AccessEntry;
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::logging::{log_line, WARNING};
 use crate::asgi::proxy::Forwarded;
@@ -21,7 +22,6 @@ use crate::asgi::settings::Settings;
 use crate::bridge::Completion;
 use crate::ws;
 
-use super::access_log::AccessInfo;
 use super::app_done::on_app_done;
 use super::body::ResponseBody;
 use super::callables::{HttpReceive, HttpSend};
@@ -98,12 +98,12 @@ pub(super) async fn handle(
         head_request,
         expects_continue,
     ));
-    // Built only when an access log line will be written: it costs three allocations.
-    let access = server
-        .py
-        .access_logger
-        .is_some()
-        .then(|| AccessInfo::new(&parts, &conn.info, &forwarded));
+    // Built only when an access log line will be written: it costs two allocations (and
+    // what `--access-log-format` asks for).
+    let access = server.py.access_logger.is_some().then(|| {
+        let format = settings.access_log_format.as_ref();
+        AccessEntry::new(&parts, &conn.info, &forwarded, format)
+    });
     let mut guard = DisconnectOnDrop(Some(exchange.clone()));
     let mut access = access;
     let mut begin = {
@@ -236,7 +236,7 @@ fn start_app(
     exchange: &Arc<Exchange>,
     head: (&http::request::Parts, Option<&RawHead>, &Forwarded),
     conn: &ConnInfo,
-    access: &mut Option<AccessInfo>,
+    access: &mut Option<AccessEntry>,
     received: u64,
 ) -> PyResult<()> {
     let server = &exchange.server;

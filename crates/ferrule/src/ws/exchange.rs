@@ -183,6 +183,12 @@ impl WsExchange {
         state.socket_ended.get_or_insert((1006, None));
     }
 
+    /// The code the session closed with (1006 if it never closed properly).
+    pub(super) fn close_code(&self) -> u16 {
+        let state = self.state.lock().unwrap();
+        state.socket_ended.as_ref().map_or(1006, |(code, _)| *code)
+    }
+
     pub(super) fn ended(&self) -> Inbound {
         let state = self.state.lock().unwrap();
         let (code, reason) = state.socket_ended.clone().unwrap_or((1006, None));

@@ -11,6 +11,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
+use crate::asgi::access_format::AccessFormat;
+use crate::asgi::access_log::{AccessEntry, Outcome};
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::handles::PyHandles;
 use crate::asgi::logging::{log_app_exception, log_line, ERROR, INFO, TRACE};
@@ -21,6 +23,7 @@ use crate::asgi::scope::build_scope;
 use crate::asgi::server::Server;
 use crate::bridge::Completion;
 
+use super::access_log::{log_close, log_handshake};
 use super::callables::{WsReceive, WsSend};
 use super::deflate_params::negotiate;
 use super::exchange::WsExchange;
@@ -142,6 +145,10 @@ pub async fn upgrade(
     let on_upgrade = hyper::upgrade::on(&mut request);
     let (parts, _body) = request.into_parts();
     let forwarded = conn.forwarded(&parts.headers, &server.settings);
+    let access = server.py.access_logger.is_some().then(|| {
+        let format = server.settings.access_log_format.as_ref();
+        AccessEntry::new(&parts, conn, &forwarded, format)
+    });
     // RFC 8441 keeps Sec-WebSocket-Extensions: HTTP/2 negotiates as HTTP/1.1 does.
     let deflate = match server.settings.ws_per_message_deflate {
         true => negotiate(
@@ -174,19 +181,22 @@ pub async fn upgrade(
         }
     };
     let accepted = exchange.accepted();
-    let target = parts
-        .uri
-        .path_and_query()
-        .map_or_else(|| parts.uri.path(), |pq| pq.as_str());
-    let handshake = match accepted {
-        true => "[accepted]".to_owned(),
-        false => response.status().as_u16().to_string(),
+    let response_headers = match (&access, &server.settings.access_log_format) {
+        (Some(_), Some(format)) => AccessFormat::pick(&format.response_headers, response.headers()),
+        _ => Vec::new(),
     };
-    let line = format!(
-        "{} - \"WebSocket {target}\" {handshake}",
-        conn.client_label(&forwarded)
-    );
-    log_line(&server.py, INFO, &line);
+    // 101, or 200 for a session on an HTTP/2 stream (RFC 8441).
+    let status = response.status().as_u16();
+    if let Some(access) = &access {
+        let body_bytes = response.body().len() as u64;
+        let outcome = Outcome {
+            status,
+            body_bytes,
+            close_code: None,
+            response_headers: &response_headers,
+        };
+        log_handshake(&server, access, accepted, &outcome);
+    }
     if accepted {
         log_line(&server.py, INFO, "connection open");
         tokio::spawn(async move {
@@ -204,6 +214,16 @@ pub async fn upgrade(
                 Err(_) => exchange.mark_closed(1006, None),
             }
             log_line(&exchange.server.py, INFO, "connection closed");
+            if let Some(access) = &access {
+                let code = exchange.close_code();
+                let outcome = Outcome {
+                    status,
+                    body_bytes: 0,
+                    close_code: Some(code),
+                    response_headers: &response_headers,
+                };
+                log_close(&exchange.server, access, &outcome);
+            }
         });
     }
     response
