@@ -4,6 +4,7 @@
 //!   - `handles`: `PyHandles`, the Python objects it calls or hands to the app;
 //!   - `live`: `LiveState`, what changes as it runs (requests in flight, stopping);
 //!   - `diagnostics`: `Diagnostics`, the benchmark's hooks answered from Rust;
+//!   - with `--metrics`, the worker's slot (`metrics::WorkerMetrics`);
 //! - `conn`: `ConnInfo`, one connection's two ends;
 //! - `raw_head`: `RawHead`, a request head as the client sent it;
 //! - `proxy`: what a trusted proxy's `X-Forwarded-*` headers change in the scope;
