@@ -126,7 +126,14 @@ def test_two_workers_one_scrape_shows_the_sum() -> None:
             seen |= get_on_new_connections(server, 10)
             sent += 10
             assert sent <= 400, f"only {seen} answered"
-        found = samples(port)
+
+        def published() -> Samples | None:
+            found = samples(port)
+            starts = value(found, "ferrule_gil_wait_seconds_count", phase="start")
+            return found if starts == sent else None
+
+        # uvloop (the default loop): a start's wait for the loop thread is its GIL wait.
+        found = poll(published, timeout=5, what="every start's GIL wait to be published")
     assert value(found, "ferrule_requests_total", protocol="http/1.1", status="2xx") == sent
     assert value(found, "ferrule_request_duration_seconds_count", protocol="http/1.1") == sent
     workers = labelled(found, "ferrule_worker_resident_memory_bytes", "worker")

@@ -1,6 +1,7 @@
 //! The opt-in per-request trace: latency histograms of the waits the GIL relay causes.
 //!
-//! - `gil_wait`: a tokio thread asking for the GIL to start a request until it has it.
+//! - `gil_wait`: a tokio thread asking for the GIL to start a request until it has it; in
+//!   loop-only mode, a request's start queued for the loop thread until it runs there.
 //! - `first_drive`: the request handed to ferrule by hyper (head parsed) until the app
 //!   coroutine's first step starts; includes `gil_wait`, building the scope and calling the app.
 //! - `resume_wait`: a suspended coroutine becoming resumable (a native future resolved, a drive

@@ -136,7 +136,14 @@ pub(super) async fn handle(
     };
     let bridge = &server.bridge;
     if bridge.starts_on_loop() {
-        bridge.start_on_loop(Box::new(begin));
+        // The wait for the loop thread is this mode's GIL wait: the start runs there, with it.
+        let queued = bridge.trace.mark();
+        let waiting = server.clone();
+        bridge.start_on_loop(Box::new(move |py| {
+            let trace = &waiting.bridge.trace;
+            trace.record_since(&trace.gil_wait, queued);
+            begin(py);
+        }));
     } else {
         let asked_for_gil = bridge.trace.mark();
         Python::attach(|py| {
