@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -49,6 +50,7 @@ class Metrics:
         self.restarts = restarts
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._closing = False
 
     def listen(self, address: str, port: int) -> tuple[str, int]:
         """Binds the endpoint and serves it on a thread; returns where it listens."""
@@ -80,13 +82,18 @@ class Metrics:
             ) from None
         server.daemon_threads = True
         self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, name="ferrule-metrics", daemon=True
-        )
+        self._thread = threading.Thread(target=self._serve, name="ferrule-metrics", daemon=True)
         self._thread.start()
         host, bound_port = server.server_address[:2]
         logger.info("Metrics on http://%s:%d%s", _host_for_url(str(host)), bound_port, PATH)
         return str(host), bound_port
+
+    def _serve(self) -> None:
+        # Blocks in accept until a scrape comes, where serve_forever would wake (and take the
+        # GIL) twice a second; close() wakes it with a connection of its own.
+        assert self._server is not None
+        while not self._closing:
+            self._server.handle_request()
 
     def claim(self) -> int | None:
         """A slot for a worker about to start; None (with a warning) if all are taken."""
@@ -112,7 +119,14 @@ class Metrics:
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
+            self._closing = True
+            host, port = self._server.server_address[:2]
+            try:
+                socket.create_connection((str(host), port), timeout=1).close()
+            except OSError:
+                pass
+            if self._thread is not None:
+                self._thread.join(2)
             self._server.server_close()
             self._server = None
         if self.fd >= 0:
