@@ -7,7 +7,8 @@
 //! metrics -> bridge
 //! asgi -> bridge, metrics
 //! ws   -> asgi, bridge
-//! http -> asgi, bridge, metrics, ws (ws::is_upgrade and ws::upgrade, the upgrade hand-over)
+//! http -> asgi, bridge, metrics, ws (ws::is_upgrade and ws::upgrade, the upgrade
+//!         hand-over)
 //! ```
 //!
 //! - `bridge` drives coroutines and knows nothing of ASGI;

@@ -1,7 +1,7 @@
 //! The one module with `unsafe`: the few CPython calls PyO3's safe API does not offer
 //! (`PyIter_Send`, entering and leaving a `contextvars.Context`, thread states) and the
-//! syscalls (eventfd, scheduling policy, adopting a descriptor, mapping the metrics region). Every block says why it is
-//! sound; everything else in the crate is safe Rust.
+//! syscalls (eventfd, scheduling policy, adopting a descriptor, mapping the metrics region).
+//! Every block says why it is sound; everything else in the crate is safe Rust.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
