@@ -73,12 +73,15 @@ class Metrics:
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # a scrape every few seconds is not worth a log line
 
+        class Listener(ThreadingHTTPServer):
+            address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
+
         try:
-            server = ThreadingHTTPServer((address, port), Handler)
+            server = Listener((address, port), Handler)
         except OSError as exc:
             raise MetricsListenError(
-                f"--metrics-port {port}: cannot listen on {address}:{port} for the metrics "
-                f"endpoint: {exc.strerror or exc}"
+                f"Cannot listen for the metrics on {address}:{port} (--metrics-address "
+                f"{address}, --metrics-port {port}): {exc.strerror or exc}"
             ) from None
         server.daemon_threads = True
         self._server = server
