@@ -235,3 +235,27 @@ def test_a_metrics_port_in_use_is_a_startup_error_naming_the_option(workers: str
         finished = run_to_exit(argv, timeout=30)
     assert finished.returncode == 3, finished.describe()
     assert f"--metrics-port {port}" in finished.stderr, finished.describe()
+
+
+def test_recycled_workers_keep_their_counts_and_the_reason_is_counted() -> None:
+    """Rule: workers replaced at --limit-max-requests keep their requests in the totals, and
+    each replacement shows in ferrule_worker_restarts_total{reason="max_requests"}. Seen
+    failing with the supervisor's restarts not passed to the endpoint: the reason stayed 0 for
+    20 s; a retired worker's slot dropped would make the total fall short of the requests sent."""
+    port = free_port()
+    args = ("--workers", "2", "--limit-max-requests", "5", *metrics_args(port))
+    with running_server("workers_app:app", *args) as server:
+        sent = 0
+        for _ in range(6):
+            sent += len(get_on_new_connections(server, 5)) and 5
+
+        def recycled() -> Samples | None:
+            found = samples(port)
+            return (
+                found
+                if value(found, "ferrule_worker_restarts_total", reason="max_requests")
+                else None
+            )
+
+        found = poll(recycled, timeout=20, what="a worker replaced at --limit-max-requests")
+        assert value(found, "ferrule_requests_total", protocol="http/1.1", status="2xx") == sent
