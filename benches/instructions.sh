@@ -7,7 +7,8 @@
 #   benches/instructions.sh --ferrule-path /tmp/ferrule-rel uvloop /hello 2000
 #   benches/instructions.sh asyncio /async 1000 fastapi_app:app
 #
-# Prints `Ir/request`; the callgrind file is kept for callgrind_annotate.
+# Prints `Ir/request`; the callgrind file is kept for callgrind_annotate. FERRULE_ARGS adds
+# server options (FERRULE_ARGS="--metrics --metrics-port 0": the cost of the metrics).
 set -euo pipefail
 FERRULE_PATH=""
 if [ "${1:-}" = "--ferrule-path" ]; then FERRULE_PATH=$2; shift 2; fi
@@ -20,7 +21,7 @@ PYTHON=$(python3 -c 'import sys; print(sys.executable)')  # not a shim: valgrind
 OUT=$(mktemp -d /tmp/ferrule-callgrind.XXXXXX)/callgrind.out
 cd "$(dirname "$0")"
 PYTHONPATH=$FERRULE_PATH valgrind --tool=callgrind --callgrind-out-file="$OUT" \
-    "$PYTHON" -m ferrule "$APP" --port "$PORT" --loop "$LOOP" --no-access-log \
+    "$PYTHON" -m ferrule "$APP" --port "$PORT" --loop "$LOOP" --no-access-log ${FERRULE_ARGS:-} \
     > "$OUT.log" 2>&1 &
 SERVER=$!
 trap 'kill -INT $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT

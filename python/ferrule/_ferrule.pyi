@@ -93,6 +93,26 @@ class NativeFuture(Generic[T]):
 class ClientDisconnected(OSError):
     """Raised by an ASGI ``send()`` once the client has gone away."""
 
+class MetricsRegion:
+    """The shared memory the metrics are counted in, one slot per worker (``ferrule.metrics``)."""
+
+    CONTENT_TYPE: str
+    def __init__(self, fd: int) -> None:
+        """Map the memfd ``fd`` (ownership passes to the region), ``size_for(slots)`` bytes."""
+    @staticmethod
+    def size_for(slots: int) -> int: ...
+    @property
+    def slots(self) -> int: ...
+    def claim(self) -> int | None:
+        """A free slot, zeroed, for a worker about to start; None if all are taken."""
+    def release(self, slot: int) -> None:
+        """The slot's worker exited: its counters stay in the totals, the slot is free."""
+    def pids(self) -> list[int]:
+        """The pids of the workers counting into a claimed slot."""
+    def encode(self, processes: list[tuple[int, int, int]], restarts: dict[str, int]) -> str:
+        """Every slot summed, with (pid, resident bytes, open fds) per worker and the restart
+        counts by reason, in the Prometheus text format."""
+
 class HttpServer:
     """The ASGI server (HTTP/1.1, HTTP/2, TLS): hyper on the bridge's tokio runtime (see
     ``ferrule.server``)."""
@@ -105,10 +125,12 @@ class HttpServer:
         *,
         state: dict[str, Any] | None = None,
         tls: TlsFiles | None = None,
+        metrics: tuple[MetricsRegion, int] | None = None,
     ) -> None:
         """Serve ``app`` with the settings of ``config`` (read once, here), ``state`` the
-        lifespan state, ``tls`` the TLS files read (None: no TLS). Raises ValueError for a
-        setting the server cannot use."""
+        lifespan state, ``tls`` the TLS files read (None: no TLS), ``metrics`` a region and the
+        slot to count into (``ferrule.metrics``). Raises ValueError for a setting the server
+        cannot use."""
     def serve_tcp(self, fd: int) -> NativeFuture[None]:
         """Serve a listening TCP socket (ownership of ``fd`` passes to the server); the future
         resolves once the server has stopped and every connection is closed."""

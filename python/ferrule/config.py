@@ -71,6 +71,10 @@ class Config:
     worker: bool
     #: A worker's end of the pipe its event loop writes heartbeats on (``Supervisor``'s).
     heartbeat_fd: int | None
+    #: A worker's metrics region (an inherited memfd) and its slot in it (``ferrule.metrics``).
+    metrics_slot: tuple[int, int] | None
+    #: The supervisor's metrics (``ferrule.metrics.Metrics``), which its workers count into.
+    metrics_owner: Any
 
     def __init__(self, app: Any, **options: Any) -> None:
         for name in options:
@@ -81,6 +85,8 @@ class Config:
         self.loaded_app: Any = None
         self.worker = False
         self.heartbeat_fd = None
+        self.metrics_slot = None
+        self.metrics_owner = None
         for setting in SETTINGS:
             value = options[setting.name] if setting.name in options else setting.default_value()
             if setting.check is not None:

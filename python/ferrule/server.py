@@ -32,6 +32,7 @@ from ferrule.config import (
 from ferrule.interface import InterfaceError, wsgi_middleware
 from ferrule.lifespan import Lifespan, LifespanFailure
 from ferrule.message_log import MessageLogger
+from ferrule.metrics import Metrics, MetricsListenError, worker_region
 from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
 from ferrule.supervisor import REPLACE_ME, Reloader, Supervisor
 
@@ -186,6 +187,7 @@ class Server:
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._http: Any = None
+        self._metrics: Metrics | None = None  # with --metrics, when this server serves them
         self._stopped: asyncio.Future[Any] | None = None
         self._bridge: Bridge | None = None
         self._heartbeat: Heartbeat | None = None
@@ -246,7 +248,15 @@ class Server:
             raise SystemExit(STARTUP_FAILURE)
         app, tls_files, sock = starting
         self._socket_file = None if sockets else bound_socket_file(config)
-        bridge = self._bridge = Bridge(loop, budget=config.budget, trace=config.trace_requests)
+        try:
+            metrics = self._count_metrics()
+        except MetricsListenError as exc:
+            logger.error("%s", exc)
+            sock.close()
+            raise SystemExit(STARTUP_FAILURE) from None
+        # The GIL-wait metric is the trace's histograms.
+        trace = config.trace_requests or metrics is not None
+        bridge = self._bridge = Bridge(loop, budget=config.budget, trace=trace)
         _serving_bridge = bridge
         self.lifespan = Lifespan(app, config.lifespan)
         try:
@@ -259,7 +269,9 @@ class Server:
             sock.close()
             return
         try:
-            http = self._http = _http_server(bridge, app, config, self.lifespan.state, tls_files)
+            http = self._http = _http_server(
+                bridge, app, config, self.lifespan.state, tls_files, metrics
+            )
         except ValueError as exc:  # TLS material rustls refuses, an invalid --header
             logger.error("%s", exc)
             sock.close()
@@ -280,6 +292,27 @@ class Server:
                 loop, config.heartbeat_fd, config.timeout_worker_healthcheck
             )
         self.started = True
+
+    def _count_metrics(self) -> tuple[Any, int] | None:
+        """With ``--metrics``, the region and slot this server counts into: its supervisor's,
+        if it is a worker of one, else a region of its own, whose endpoint it serves."""
+        config = self.config
+        if config.metrics_slot is not None:
+            fd, slot = config.metrics_slot
+            config.metrics_slot = None  # the descriptor is closed by now
+            return worker_region(fd), slot
+        if not config.metrics:
+            return None
+        metrics = Metrics(1)
+        try:
+            metrics.listen(config.metrics_address, config.metrics_port)
+        except BaseException:
+            metrics.close()
+            raise
+        self._metrics = metrics
+        slot = metrics.claim()
+        assert slot is not None
+        return metrics.region, slot
 
     async def main_loop(self) -> None:
         """Serves until told to stop: ``should_exit``, a signal, or the server stopping itself
@@ -405,6 +438,9 @@ class Server:
             self._bridge = None
         remove_socket_file(self.config, self._socket_file)
         self._socket_file = None
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
 
 
 class Listening:
@@ -430,10 +466,15 @@ class Listening:
 
 
 def _http_server(
-    bridge: Bridge, app: Any, config: Config, state: dict[str, Any], tls_files: Any
+    bridge: Bridge,
+    app: Any,
+    config: Config,
+    state: dict[str, Any],
+    tls_files: Any,
+    metrics: tuple[Any, int] | None = None,
 ) -> Any:
     """The server core (Rust) for this app, reading its settings off ``config``."""
-    return HttpServer(bridge, app, config, state=state, tls=tls_files)
+    return HttpServer(bridge, app, config, state=state, tls=tls_files, metrics=metrics)
 
 
 def _starting(

@@ -30,6 +30,7 @@ GROUPS = {
     "tls": "TLS",
     "websockets": "WebSockets",
     "http": "HTTP versions",
+    "metrics": "Metrics",
     "diagnostics": "Diagnostics (for the benchmark suite)",
 }
 
@@ -151,6 +152,12 @@ def _refused_ssl_context_factory(value: Any) -> None:
             "ferrule's TLS is rustls, which cannot use an ssl.SSLContext: give ssl_certfile and "
             "ssl_keyfile (and ssl_ca_certs, ssl_cert_reqs) instead"
         )
+
+
+def _port(value: int) -> int:
+    if not 0 <= value <= 65535:
+        raise ValueError(f"must be a port number, 0 to 65535, not {value}")
+    return value
 
 
 def _seconds_or_zero(value: float) -> float:
@@ -766,6 +773,33 @@ SETTINGS: tuple[Setting, ...] = (
         type=int,
         metavar="N",
         check=_at_least(1),
+        uvicorn=False,
+    ),
+    Setting(
+        "metrics",
+        "metrics",
+        False,
+        "Serve Prometheus metrics (requests, durations, GIL waits, connections, workers) at "
+        "/metrics on their own address, summed over all workers (docs/operations.md#metrics).",
+        form="switch",
+        uvicorn=False,
+    ),
+    Setting(
+        "metrics_address",
+        "metrics",
+        "127.0.0.1",
+        "With --metrics, the address the metrics endpoint listens on.",
+        metavar="HOST",
+        uvicorn=False,
+    ),
+    Setting(
+        "metrics_port",
+        "metrics",
+        9090,
+        "With --metrics, the port the metrics endpoint listens on (0 picks a free one).",
+        type=int,
+        metavar="PORT",
+        check=_port,
         uvicorn=False,
     ),
     # Set from Python only, for programs embedding the server

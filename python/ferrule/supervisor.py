@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ferrule.config import STARTUP_FAILURE, Config
+from ferrule.metrics import SUPERVISOR_SLOTS, Metrics, MetricsListenError
 from ferrule.recycling import REASONS, Recycling
 from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
 from ferrule.watch import WatchedFiles, changed_files
@@ -47,13 +48,19 @@ class Worker:
     loop writes heartbeats on (see ``Heartbeat``)."""
 
     def __init__(self, config: Config, sock: socket.socket) -> None:
+        # With --metrics, a slot of the supervisor's region, kept until the worker has exited.
+        self.metrics: Metrics | None = config.metrics_owner
+        self.metrics_slot = None if self.metrics is None else self.metrics.claim()
         # Always a pipe, even with the health check off: its first beat says the worker serves,
         # which a restart on SIGHUP waits for before it retires the old worker.
         self.fd: int | None
         self.fd, write_end = os.pipe()
         os.set_blocking(self.fd, False)
         try:
-            self.process = spawn_worker(config, sock, heartbeat_fd=write_end)
+            shared = None
+            if self.metrics is not None and self.metrics_slot is not None:
+                shared = (self.metrics.fd, self.metrics_slot)
+            self.process = spawn_worker(config, sock, heartbeat_fd=write_end, metrics_slot=shared)
         except BaseException:
             self.close()
             raise
@@ -92,9 +99,13 @@ class Worker:
             self.asked_replacement = True
 
     def close(self) -> None:
+        """Called once the process has exited (or never started)."""
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+        if self.metrics is not None and self.metrics_slot is not None:
+            self.metrics.release(self.metrics_slot)
+            self.metrics_slot = None
 
 
 class Supervisor:
@@ -134,6 +145,17 @@ class Supervisor:
         if bound is None:
             return STARTUP_FAILURE
         sock, socket_file = bound
+        if self.config.metrics:
+            metrics = Metrics(SUPERVISOR_SLOTS, restarts=lambda: self.restarts)
+            try:
+                metrics.listen(self.config.metrics_address, self.config.metrics_port)
+            except MetricsListenError as exc:
+                logger.error("%s", exc)
+                metrics.close()
+                sock.close()
+                remove_socket_file(self.config, socket_file)
+                return STARTUP_FAILURE
+            self.config.metrics_owner = metrics
         logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
         logger.info("Started parent process [%d]", os.getpid())
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -204,6 +226,9 @@ class Supervisor:
             worker.close()
         sock.close()
         remove_socket_file(self.config, socket_file)
+        if self.config.metrics_owner is not None:
+            self.config.metrics_owner.close()
+            self.config.metrics_owner = None
         logger.info("Stopping parent process [%d]", os.getpid())
         return status
 
@@ -486,16 +511,23 @@ def parent_socket(config: Config) -> tuple[socket.socket, tuple[int, int] | None
 
 
 def spawn_worker(
-    config: Config, sock: socket.socket, heartbeat_fd: int | None = None
+    config: Config,
+    sock: socket.socket,
+    heartbeat_fd: int | None = None,
+    metrics_slot: tuple[int, int] | None = None,
 ) -> subprocess.Popen[bytes]:
     """A worker process (``python -m ferrule.worker``) serving the inherited ``sock`` with the
-    parent's settings; it imports the app itself, and beats on ``heartbeat_fd`` when given."""
+    parent's settings; it imports the app itself, beats on ``heartbeat_fd`` when given, and
+    counts into slot ``metrics_slot[1]`` of the metrics region ``metrics_slot[0]``."""
     fds = [sock.fileno()]
     if heartbeat_fd is not None:
         fds.append(heartbeat_fd)
+    if metrics_slot is not None:
+        fds.append(metrics_slot[0])
     # In the environment, not on the command line, which any user can read with ps (the key
     # password is a setting); a process's environment is readable only by its owner.
-    env = {**os.environ, WORKER_ENV: worker_data(config, sock.fileno(), heartbeat_fd)}
+    data = worker_data(config, sock.fileno(), heartbeat_fd, metrics_slot)
+    env = {**os.environ, WORKER_ENV: data}
     worker = subprocess.Popen(
         [sys.executable, "-m", "ferrule.worker"],
         pass_fds=fds,

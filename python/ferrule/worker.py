@@ -20,9 +20,15 @@ PR_SET_PDEATHSIG = 1
 WORKER_ENV = "FERRULE_WORKER"
 
 
-def worker_data(config: Config, fd: int, heartbeat_fd: int | None) -> str:
+def worker_data(
+    config: Config,
+    fd: int,
+    heartbeat_fd: int | None,
+    metrics_slot: tuple[int, int] | None = None,
+) -> str:
     """What a worker needs, as JSON: the app, the parent's resolved settings, and the
-    inherited descriptors (the listening socket, the heartbeat pipe)."""
+    inherited descriptors (the listening socket, the heartbeat pipe, the metrics region with
+    the worker's slot in it)."""
     settings: dict[str, Any] = config.inherited()
     settings["fd"] = fd
     return json.dumps(
@@ -30,6 +36,7 @@ def worker_data(config: Config, fd: int, heartbeat_fd: int | None) -> str:
             "app": config.app,
             "settings": settings,
             "heartbeat_fd": heartbeat_fd,
+            "metrics_slot": metrics_slot,
             "parent": os.getpid(),
         }
     )
@@ -40,6 +47,8 @@ def worker_config(data: str) -> Config:
     config = Config(loaded["app"], **loaded["settings"], workers=1)
     config.worker = True
     config.heartbeat_fd = loaded["heartbeat_fd"]
+    slot = loaded.get("metrics_slot")
+    config.metrics_slot = None if slot is None else (slot[0], slot[1])
     return config
 
 

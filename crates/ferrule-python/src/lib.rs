@@ -12,5 +12,6 @@ fn _ferrule(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     ferrule::bridge::register(module)?;
     ferrule::asgi::register(module)?;
+    ferrule::metrics::register(module)?;
     ferrule::http::register(module)
 }

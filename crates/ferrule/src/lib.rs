@@ -4,14 +4,17 @@
 //! The modules depend on each other one way:
 //!
 //! ```text
-//! asgi -> bridge
+//! metrics -> bridge
+//! asgi -> bridge, metrics
 //! ws   -> asgi, bridge
-//! http -> asgi, bridge, ws (ws::is_upgrade and ws::upgrade, the upgrade hand-over)
+//! http -> asgi, bridge, metrics, ws (ws::is_upgrade and ws::upgrade, the upgrade
+//!         hand-over)
 //! ```
 //!
 //! - `bridge` drives coroutines and knows nothing of ASGI;
 //! - `asgi` is what both protocols share (the server's settings, Python handles and live
 //!   state, connection info, the scope, reading messages, server-made responses);
+//! - `metrics` keeps the Prometheus counts each worker adds to and the parent encodes;
 //! - `ws` serves WebSockets with `asgi` and `bridge` alone;
 //! - `http` serves HTTP/1.1 and HTTP/2, and hands an upgrade request to `ws::upgrade`, its one
 //!   use of `ws`.
@@ -20,4 +23,5 @@
 pub mod asgi;
 pub mod bridge;
 pub mod http;
+pub mod metrics;
 pub mod ws;

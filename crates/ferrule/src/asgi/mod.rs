@@ -4,6 +4,7 @@
 //!   - `handles`: `PyHandles`, the Python objects it calls or hands to the app;
 //!   - `live`: `LiveState`, what changes as it runs (requests in flight, stopping);
 //!   - `diagnostics`: `Diagnostics`, the benchmark's hooks answered from Rust;
+//!   - with `--metrics`, the worker's slot (`metrics::WorkerMetrics`);
 //! - `conn`: `ConnInfo`, one connection's two ends;
 //! - `access_format`: `AccessFormat`, an `--access-log-format` parsed into its atoms;
 //! - `access_log`: `AccessEntry`, what an access line needs of a request, and writing one;

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::bridge;
+use crate::metrics::WorkerMetrics;
 
 use super::diagnostics::Diagnostics;
 use super::handles::PyHandles;
@@ -17,4 +18,6 @@ pub struct Server {
     pub py: PyHandles,
     pub state: LiveState,
     pub diagnostics: Diagnostics,
+    /// This process's metrics slot, with `--metrics`.
+    pub metrics: Option<WorkerMetrics>,
 }

@@ -1,7 +1,7 @@
 //! The one module with `unsafe`: the few CPython calls PyO3's safe API does not offer
 //! (`PyIter_Send`, entering and leaving a `contextvars.Context`, thread states) and the
-//! syscalls (eventfd, scheduling policy, adopting a descriptor). Every block says why it is
-//! sound; everything else in the crate is safe Rust.
+//! syscalls (eventfd, scheduling policy, adopting a descriptor, mapping the metrics region).
+//! Every block says why it is sound; everything else in the crate is safe Rust.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -198,6 +198,37 @@ pub fn take_fd<T: FromRawFd>(fd: std::os::fd::RawFd) -> std::io::Result<T> {
     // SAFETY: the caller owns `fd` (Python detached it from its socket object, so nothing else
     // will close it) and it is open (checked above); from here on the returned value owns it.
     Ok(unsafe { T::from_raw_fd(fd) })
+}
+
+/// A file mapped shared and read as an array of `AtomicU64`: the metrics region the supervisor
+/// and its workers all map, each process adding to its own words.
+pub struct SharedWords {
+    map: memmap2::MmapMut,
+}
+
+impl SharedWords {
+    /// Maps all of `file` (a memfd, whose length is a multiple of 8) shared, read-write.
+    pub fn map(file: &std::fs::File) -> std::io::Result<Self> {
+        // SAFETY: the mapping is only ever read and written through `AtomicU64`s (`words`), so
+        // other processes writing the same pages at the same time is no data race; the file is
+        // a memfd no process truncates, so the pages stay backed for the mapping's life.
+        let map = unsafe { memmap2::MmapOptions::new().map_mut(file)? };
+        Ok(Self { map })
+    }
+
+    pub fn words(&self) -> &[std::sync::atomic::AtomicU64] {
+        let len = self.map.len() / 8;
+        // SAFETY: an mmap'd region starts page-aligned, so it is aligned for u64; `len` words fit
+        // in it; `AtomicU64` has the size, alignment and (all bit patterns valid) validity of
+        // `u64`; every access goes through atomics (see `map`); the slice borrows `self`, which
+        // keeps the mapping alive.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.map.as_ptr().cast::<std::sync::atomic::AtomicU64>(),
+                len,
+            )
+        }
+    }
 }
 
 /// Whether `fd` is readable right now (a zero-timeout `poll`), for tests.

@@ -1,6 +1,7 @@
 //! The opt-in per-request trace: latency histograms of the waits the GIL relay causes.
 //!
-//! - `gil_wait`: a tokio thread asking for the GIL to start a request until it has it.
+//! - `gil_wait`: a tokio thread asking for the GIL to start a request until it has it; in
+//!   loop-only mode, a request's start queued for the loop thread until it runs there.
 //! - `first_drive`: the request handed to ferrule by hyper (head parsed) until the app
 //!   coroutine's first step starts; includes `gil_wait`, building the scope and calling the app.
 //! - `resume_wait`: a suspended coroutine becoming resumable (a native future resolved, a drive
@@ -61,15 +62,17 @@ pub fn bucket_upper_bounds() -> Vec<u64> {
     (0..BUCKETS).map(bucket_upper_bound).collect()
 }
 
-/// Counts of waits by log-spaced bucket.
+/// Counts of waits by log-spaced bucket, and their sum (what a Prometheus histogram reports).
 pub struct Histogram {
     buckets: [AtomicU64; BUCKETS],
+    sum_nanos: AtomicU64,
 }
 
 impl Default for Histogram {
     fn default() -> Self {
         Self {
             buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum_nanos: AtomicU64::new(0),
         }
     }
 }
@@ -77,6 +80,12 @@ impl Default for Histogram {
 impl Histogram {
     pub fn record_nanos(&self, nanos: u64) {
         self.buckets[bucket_of(nanos)].fetch_add(1, Ordering::Relaxed);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Every wait recorded, added up, in nanoseconds.
+    pub fn sum_nanos(&self) -> u64 {
+        self.sum_nanos.load(Ordering::Relaxed)
     }
 
     pub fn snapshot(&self) -> Vec<u64> {

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 
 use crate::asgi::access_log::AccessEntry;
 use crate::asgi::logging::log_app_exception;
+use crate::bridge::trace;
 
 use super::access_log::log_access;
 use super::exchange::Exchange;
@@ -24,6 +25,11 @@ pub fn on_app_done(
     server.state.request_finished();
     let failed = result.is_err();
     let (status, problem) = exchange.finish_app(py, failed);
+    if let Some(metrics) = &server.metrics {
+        let (protocol, received) = exchange.started;
+        let nanos = trace::now_mark().saturating_sub(received);
+        metrics.record_request(protocol, status, Some(nanos));
+    }
     if let Err(error) = result {
         log_app_exception(py, &server.py, error);
     } else if let Some(problem) = problem {

@@ -17,6 +17,7 @@ use crate::asgi::responses::{closing_response, plain_response};
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
 use crate::bridge::{NativeFuture, ResumeVia};
+use crate::metrics::Protocol;
 
 use super::body::{BodyQueue, BodySource, ResponseBody};
 
@@ -99,6 +100,9 @@ pub struct Exchange {
     pub(super) state: Mutex<ExchangeState>,
     /// What the response body, once streamed, shares with `send()`.
     pub(super) body: BodyQueue,
+    /// What the request came over, and when its head was read (`trace::now_mark`; 0 when
+    /// neither the metrics nor the trace time it).
+    pub(super) started: (Protocol, u64),
 }
 
 impl Exchange {
@@ -110,6 +114,7 @@ impl Exchange {
         body: Incoming,
         head_request: bool,
         expects_continue: bool,
+        started: (Protocol, u64),
     ) -> Self {
         Self {
             server,
@@ -133,6 +138,7 @@ impl Exchange {
                 logged_headers: Vec::new(),
             }),
             body: BodyQueue::default(),
+            started,
         }
     }
 

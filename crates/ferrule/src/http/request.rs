@@ -19,7 +19,8 @@ use crate::asgi::responses::{closing_response, plain_response};
 use crate::asgi::scope::build_scope;
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
-use crate::bridge::Completion;
+use crate::bridge::{trace, Completion};
+use crate::metrics::Protocol;
 use crate::ws;
 
 use super::app_done::on_app_done;
@@ -46,7 +47,18 @@ pub(super) async fn handle(
     conn: Arc<Connection>,
     server: Arc<Server>,
 ) -> Result<Response<ResponseBody>, Infallible> {
-    let received = server.bridge.trace.mark();
+    // The metrics time every request; the trace alone marks only when it is on.
+    let received = if server.metrics.is_some() {
+        trace::now_mark()
+    } else {
+        server.bridge.trace.mark()
+    };
+    let protocol = if request.version() == http::Version::HTTP_2 {
+        Protocol::H2
+    } else {
+        Protocol::Http1
+    };
+    let counted = |response| answered(&server, protocol, received, response);
     // Taken first, whatever happens to the request, to stay in step with hyper's order.
     let raw_head = conn.heads.take();
     // Until the response's last byte: a streamed body takes it over below.
@@ -59,23 +71,27 @@ pub(super) async fn handle(
         log_line(&server.py, WARNING, &line);
     }
     if !state.start_request(settings.limit_concurrency) {
-        return Ok(plain_response(StatusCode::SERVICE_UNAVAILABLE, settings));
+        return Ok(counted(plain_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            settings,
+        )));
     }
     if raw_head.as_ref().is_some_and(|head| head.ambiguous) {
         state.request_finished();
-        return Ok(closing_response(StatusCode::BAD_REQUEST, settings));
+        return Ok(counted(closing_response(StatusCode::BAD_REQUEST, settings)));
     }
     if let Some(status) = refusal(&request, raw_head.is_some(), settings) {
         state.request_finished();
-        return Ok(closing_response(status, settings));
+        return Ok(counted(closing_response(status, settings)));
     }
     let path = request.uri().path();
     if let Some(answer) = server.diagnostics.answer(path, &server.bridge, settings) {
         state.request_finished();
-        return Ok(answer);
+        return Ok(counted(answer));
     }
     if settings.websockets && ws::is_upgrade(&request) {
         let answer = ws::upgrade(request, raw_head, &conn.info, server.clone()).await;
+        let answer = answered(&server, Protocol::Ws, received, answer);
         return Ok(answer.map(ResponseBody::full));
     }
     let (parts, body) = request.into_parts();
@@ -97,6 +113,7 @@ pub(super) async fn handle(
         body,
         head_request,
         expects_continue,
+        (protocol, received),
     ));
     // Built only when an access log line will be written: it costs two allocations (and
     // what `--access-log-format` asks for).
@@ -119,7 +136,14 @@ pub(super) async fn handle(
     };
     let bridge = &server.bridge;
     if bridge.starts_on_loop() {
-        bridge.start_on_loop(Box::new(begin));
+        // The wait for the loop thread is this mode's GIL wait: the start runs there, with it.
+        let queued = bridge.trace.mark();
+        let waiting = server.clone();
+        bridge.start_on_loop(Box::new(move |py| {
+            let trace = &waiting.bridge.trace;
+            trace.record_since(&trace.gil_wait, queued);
+            begin(py);
+        }));
     } else {
         let asked_for_gil = bridge.trace.mark();
         Python::attach(|py| {
@@ -143,6 +167,21 @@ pub(super) async fn handle(
         response.body_mut().hold(open_stream);
     }
     Ok(response)
+}
+
+/// Counts a response the server made without the app (a refusal, a diagnostics route, a
+/// WebSocket handshake's answer) in the metrics.
+fn answered<B>(
+    server: &Server,
+    protocol: Protocol,
+    received: u64,
+    response: Response<B>,
+) -> Response<B> {
+    if let Some(metrics) = &server.metrics {
+        let nanos = trace::now_mark().saturating_sub(received);
+        metrics.record_request(protocol, response.status().as_u16(), Some(nanos));
+    }
+    response
 }
 
 /// A request refused before the app sees it: headers over `max_head_size` in all (hyper

@@ -14,6 +14,7 @@ use crate::asgi::live::LiveState;
 use crate::asgi::server::Server;
 use crate::asgi::settings::{optional_seconds, Settings};
 use crate::bridge::{Bridge, NativeFuture, ResumeVia};
+use crate::metrics::{MetricsRegion, WorkerMetrics};
 
 use super::listener::{std_tcp_listener, std_unix_listener, Listener};
 use super::serving::accept_loop;
@@ -30,9 +31,10 @@ pub struct HttpServer {
 #[pymethods]
 impl HttpServer {
     /// `config` is ferrule's `Config` (see `Settings` for what is read from it), `state` the
-    /// lifespan state, `tls` the TLS files read (`ferrule.tls.TlsFiles`) or None.
+    /// lifespan state, `tls` the TLS files read (`ferrule.tls.TlsFiles`) or None, `metrics` a
+    /// `(MetricsRegion, slot)` to count into (the bridge should trace, for the GIL waits).
     #[new]
-    #[pyo3(signature = (bridge, app, config, *, state=None, tls=None))]
+    #[pyo3(signature = (bridge, app, config, *, state=None, tls=None, metrics=None))]
     fn new(
         py: Python<'_>,
         bridge: &Bridge,
@@ -40,7 +42,15 @@ impl HttpServer {
         config: &Bound<'_, PyAny>,
         state: Option<Py<PyDict>>,
         tls: Option<TlsFiles<'_>>,
+        metrics: Option<(Bound<'_, MetricsRegion>, usize)>,
     ) -> PyResult<Self> {
+        let metrics = metrics
+            .map(|(region, slot)| {
+                WorkerMetrics::new(region.get().region.clone(), slot).ok_or_else(|| {
+                    pyo3::exceptions::PyValueError::new_err(format!("no metrics slot {slot}"))
+                })
+            })
+            .transpose()?;
         let settings = Settings::from_config(config)?;
         let diagnostics: Diagnostics = config.extract()?;
         let tls = tls.map(|files| files.acceptor(settings.http)).transpose()?;
@@ -49,6 +59,7 @@ impl HttpServer {
             py: PyHandles::new(py, &bridge, app, state, &settings)?,
             state: LiveState::new(&settings),
             diagnostics,
+            metrics,
             settings,
             bridge,
         };

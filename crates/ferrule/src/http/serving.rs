@@ -48,6 +48,16 @@ pub(super) async fn accept_loop(
         builder: connection_builder(&server.settings),
         tls,
     });
+    let publisher = server.metrics.is_some().then(|| {
+        let server = server.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(METRICS_PUBLISH_INTERVAL);
+            loop {
+                tick.tick().await;
+                publish_metrics(&server);
+            }
+        })
+    });
     let permits = Arc::new(Semaphore::new(server.settings.connection_limit));
     // Once asked to stop, connections still arriving are taken for NEXT_REQUEST_GRACE more, as
     // uvicorn notices its stop up to 0.1 s late: a client that connected just before (the
@@ -86,12 +96,14 @@ pub(super) async fn accept_loop(
             stopping.subscribe(),
         );
         let mut abort = abort_rx.clone();
+        let open = OpenConnection::new(&server);
         tokio::spawn(async move {
             tokio::select! {
                 _ = served => {}
                 _ = abort.wait_for(|aborted| *aborted) => {}
             }
             drop(permit);
+            drop(open);
         });
     }
     drop(listener);
@@ -117,6 +129,41 @@ pub(super) async fn accept_loop(
             server.bridge.cancel_all(py);
         });
         let _ = abort_tx.send(true);
+    }
+    if let Some(publisher) = publisher {
+        publisher.abort();
+    }
+    publish_metrics(&server);
+}
+
+/// How often a worker copies its bridge counters, GIL-wait trace and WebSocket gauge into its
+/// metrics slot (requests and connections are counted there as they happen).
+const METRICS_PUBLISH_INTERVAL: Duration = Duration::from_millis(500);
+
+fn publish_metrics(server: &Server) {
+    if let Some(metrics) = &server.metrics {
+        metrics.publish(&server.bridge, *server.state.ws_sessions.borrow());
+    }
+}
+
+/// A connection counted in `ferrule_connections_active` until dropped.
+struct OpenConnection(Option<Arc<Server>>);
+
+impl OpenConnection {
+    fn new(server: &Arc<Server>) -> Self {
+        let counted = server.metrics.as_ref().map(|metrics| {
+            metrics.connection_opened();
+            server.clone()
+        });
+        Self(counted)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        if let Some(metrics) = self.0.as_ref().and_then(|server| server.metrics.as_ref()) {
+            metrics.connection_closed();
+        }
     }
 }
 
