@@ -59,25 +59,10 @@ pub(super) async fn accept_loop(
         })
     });
     let permits = Arc::new(Semaphore::new(server.settings.connection_limit));
-    // Once asked to stop, connections still arriving are taken for NEXT_REQUEST_GRACE more, as
-    // uvicorn notices its stop up to 0.1 s late: a client that connected just before (the
-    // second of two requests sent at once when --limit-max-requests is reached) is answered
-    // rather than reset in the backlog.
-    let mut accept_until: Option<tokio::time::Instant> = None;
     loop {
-        let last_call = async {
-            match accept_until {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
         let accepted = tokio::select! {
             biased;
-            _ = stop.wait_for(Option::is_some), if accept_until.is_none() => {
-                accept_until = Some(tokio::time::Instant::now() + NEXT_REQUEST_GRACE);
-                continue;
-            }
-            () = last_call => break,
+            _ = stop.wait_for(Option::is_some) => break,
             accepted = accept_with_permit(&listener, &permits, tls_on) => accepted,
         };
         let (stream, conn, permit) = match accepted {
