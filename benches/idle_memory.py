@@ -126,7 +126,11 @@ def main() -> None:
     parser.add_argument("--servers", default="ferrule-asyncio,ferrule-uvloop,uvicorn,granian")
     parser.add_argument("--connections", type=int, default=10_000)
     parser.add_argument("--websockets", type=int, default=1_000)
+    parser.add_argument(
+        "--ferrule-path", type=Path, help="import ferrule from DIR (a release wheel unpacked)"
+    )
     args = parser.parse_args()
+    harness.ferrule_path = args.ferrule_path
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     needed = args.connections + args.websockets + 200
@@ -141,7 +145,11 @@ def main() -> None:
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     with tempfile.TemporaryDirectory() as logs:
         for server in servers:
-            row = measure(server, args.connections, args.websockets, Path(logs))
+            try:
+                row = measure(server, args.connections, args.websockets, Path(logs))
+            except (OSError, RuntimeError) as exc:
+                print(f"| {server.name} | failed: {type(exc).__name__}: {exc} | | | | |")
+                continue
             print(
                 f"| {server.name} | {row['base'] / 1024:.1f} MiB | {row['per_connection']:.1f} "
                 f"| {row['per_websocket']:.1f} | {row['peak'] / 1024:.1f} MiB "
