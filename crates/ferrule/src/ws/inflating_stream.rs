@@ -111,9 +111,12 @@ impl<S> InflatingStream<S> {
     pub fn new(inner: S, params: Option<&DeflateParams>, max_size: usize) -> Self {
         let inflater = params.map(|params| {
             Box::new(Inflater {
-                // The client's window is at most 15 bits, whatever it agreed to: a 15-bit
-                // window inflates them all.
-                decompress: Decompress::new_with_window_bits(false, 15),
+                // The window the client agreed to, or 15 bits, the most it may use; zlib's
+                // raw inflate takes no less than 9 bits, which inflates an 8-bit stream too.
+                decompress: Decompress::new_with_window_bits(
+                    false,
+                    params.client_max_window_bits.unwrap_or(15).max(9),
+                ),
                 no_context_takeover: params.client_no_context_takeover,
                 max_size,
                 state: ReadState::Header,
