@@ -1,8 +1,9 @@
 //! The messages the echo clients send: 1 KiB JSON-like texts, the same as ws_bench.py's
 //! Python clients send, so that compression sees the same data from either client.
 
-/// How many different messages each client cycles through.
-pub const PER_CLIENT: usize = 16;
+/// How many different messages each client cycles through: 64 KiB of them, more than the
+/// largest deflate window, so that no message compresses against its own earlier copy.
+pub const PER_CLIENT: usize = 64;
 pub const SIZE: usize = 1024;
 
 /// Message `seq`: 16 rows of a feed, padded with spaces or cut to `SIZE` bytes.
