@@ -9,6 +9,7 @@
 Scenarios (`benches/ws_apps.py`), each with permessage-deflate off and on (the client offers it
 or not; a server that declines it is marked):
   echo          --clients clients, each sending a 1 KiB JSON-like text and awaiting its echo
+                (--in-flight K: K texts sent and not yet echoed at any time, native client)
   broadcast-16  one server-side broadcaster sending 1 KiB texts to 16 clients
   broadcast-64  the same to 64 clients
 
@@ -199,6 +200,7 @@ def native_window(
     warmup: float,
     duration: float,
     pgid: int,
+    in_flight: int = 1,
 ) -> Window:
     """One window of ferrule-wsload against the server; the server's CPU is read when the
     generator says its window starts and ends."""
@@ -207,6 +209,7 @@ def native_window(
     argv += ["--mode", "echo" if audience is None else "receive", "--clients"]
     argv += [str(audience or clients), "--warmup", str(warmup), "--duration", str(duration)]
     argv += ["--deflate"] if compress else []
+    argv += ["--in-flight", str(in_flight)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     events: dict[str, dict] = {}
     cpu: dict[str, float] = {}
@@ -369,7 +372,9 @@ def measure(
                             )
                             run = (args.clients, compress, args.warmup, args.duration)
                             if args.client == "native":
-                                window = native_window(proc.port, scenario, *run, proc.proc.pid)
+                                window = native_window(
+                                    proc.port, scenario, *run, proc.proc.pid, args.in_flight
+                                )
                             else:
                                 url = f"ws://127.0.0.1:{proc.port}"
                                 window = asyncio.run(run_window(url, scenario, *run, proc.proc.pid))
@@ -459,13 +464,14 @@ def markdown(
         f"- Versions: Python {platform.python_version()}, {versions}",
         f"- ferrule: {harness.ferrule_build()}",
         f"- Method: server `taskset -c {SERVER_CPU}`, clients on CPU {CLIENT_CPU}: {client}."
-        f" echo: {args.clients} clients, each sending a 1 KiB JSON-like text and awaiting its"
-        " echo (counted once); broadcast-N: one server-side broadcaster sending a 1 KiB"
-        " JSON-like text to N clients (counted once per client). Deflate on: the clients offer"
-        " `permessage-deflate; client_max_window_bits`. Each cell is the median of"
-        f" {args.repeats} windows of {args.duration} s after {args.warmup} s warm-up, servers"
-        " and compression taking turns. Server CPU: user + system time of its process group"
-        " over the window, per message and as a share of one core; client CPU likewise.",
+        f" echo: {args.clients} clients, each sending 1 KiB JSON-like texts and awaiting their"
+        f" echoes, {args.in_flight} at a time (each counted once); broadcast-N: one server-side"
+        " broadcaster sending 1 KiB JSON-like texts to N clients (counted once per client)."
+        " Deflate on: the clients offer `permessage-deflate; client_max_window_bits`. Each cell"
+        f" is the median of {args.repeats} windows of {args.duration} s after {args.warmup} s"
+        " warm-up, servers and compression taking turns. Server CPU: user + system time of its"
+        " process group over the window, per message and as a share of one core; client CPU"
+        " likewise.",
         "",
         "| scenario | server | deflate | messages/s | server CPU µs/message | server CPU"
         " | client CPU | x granian | x uvicorn |",
@@ -549,6 +555,12 @@ def main() -> None:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--clients", type=int, default=16, help="echo clients")
     parser.add_argument("--client", choices=("native", "python"), default="native")
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=1,
+        help="echo messages each native client keeps sent and not yet echoed",
+    )
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=3)

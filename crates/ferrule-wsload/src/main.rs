@@ -1,10 +1,10 @@
 //! `ferrule-wsload`: the WebSocket load generator of `benches/ws_bench.py`.
 //!
 //!     ferrule-wsload --addr 127.0.0.1:8000 --mode echo --clients 16 [--deflate]
-//!                    [--warmup 1] [--duration 5]
+//!                    [--in-flight 1] [--warmup 1] [--duration 5]
 //!
-//! Modes: `echo` (each client sends a 1 KiB JSON-like text to /echo and awaits its echo, one
-//! at a time) and `receive` (each client joins /broadcast and counts what arrives). With
+//! Modes: `echo` (each client sends 1 KiB JSON-like texts to /echo and awaits their echoes,
+//! with `--in-flight` of them sent and not yet echoed at any time) and `receive` (each client joins /broadcast and counts what arrives). With
 //! `--deflate` the clients offer permessage-deflate. All clients share one thread (a tokio
 //! current-thread runtime), so the generator's CPU is one core at most and easy to read.
 //!
@@ -39,6 +39,7 @@ struct Args {
     mode: Mode,
     clients: usize,
     deflate: bool,
+    in_flight: usize,
     warmup: f64,
     duration: f64,
 }
@@ -49,6 +50,7 @@ fn parse_args() -> Result<Args, String> {
         mode: Mode::Echo,
         clients: 16,
         deflate: false,
+        in_flight: 1,
         warmup: 1.0,
         duration: 5.0,
     };
@@ -70,6 +72,7 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             "--clients" => args.clients = value.parse().map_err(|_| bad.clone())?,
+            "--in-flight" => args.in_flight = value.parse().map_err(|_| bad.clone())?,
             "--warmup" => args.warmup = value.parse().map_err(|_| bad.clone())?,
             "--duration" => args.duration = value.parse().map_err(|_| bad.clone())?,
             _ => return Err(format!("unknown option {flag}")),
@@ -148,22 +151,25 @@ async fn next_message(ws: &mut WebSocket<TcpStream>) -> Result<Bytes, String> {
     }
 }
 
-async fn echo(mut ws: WebSocket<TcpStream>, index: usize, tally: Arc<Tally>) -> Result<(), String> {
+async fn echo(
+    mut ws: WebSocket<TcpStream>,
+    index: usize,
+    in_flight: usize,
+    tally: Arc<Tally>,
+) -> Result<(), String> {
     let messages: Vec<Bytes> = (0..message::PER_CLIENT)
         .map(|i| Bytes::from(message::json_like(index * message::PER_CLIENT + i)))
         .collect();
-    for i in 0.. {
-        let sent = &messages[i % messages.len()];
-        ws.send(Frame::text(sent.clone()))
-            .await
-            .map_err(|e| e.to_string())?;
+    let text = |i: usize| Frame::text(messages[i % messages.len()].clone());
+    let ahead = in_flight.max(1) - 1;
+    for i in 0..ahead {
+        ws.send(text(i)).await.map_err(|e| e.to_string())?;
+    }
+    for i in ahead.. {
+        ws.send(text(i)).await.map_err(|e| e.to_string())?;
         let echoed = next_message(&mut ws).await?;
-        if echoed.len() != sent.len() {
-            return Err(format!(
-                "echo of {} bytes came back as {}",
-                sent.len(),
-                echoed.len()
-            ));
+        if echoed.len() != message::SIZE {
+            return Err(format!("an echo came back with {} bytes", echoed.len()));
         }
         tally.messages.fetch_add(1, Ordering::Relaxed);
     }
@@ -194,7 +200,7 @@ async fn run(args: Args) -> Result<(), String> {
         let tally = tally.clone();
         tokio::spawn(async move {
             let done = match args.mode {
-                Mode::Echo => echo(ws, index, tally.clone()).await,
+                Mode::Echo => echo(ws, index, args.in_flight, tally.clone()).await,
                 Mode::Receive => receive(ws, tally.clone()).await,
             };
             if let Err(error) = done {
