@@ -115,21 +115,7 @@ pub(super) mod tests {
 
     /// A region of `slots` slots in a fresh temporary file.
     pub fn region(slots: usize) -> Region {
-        let path = std::env::temp_dir().join(format!(
-            "ferrule-metrics-test-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
-        let _ = std::fs::remove_file(&path);
-        file.set_len((slots * SLOT_BYTES) as u64).unwrap();
-        Region::new(file).unwrap()
+        Region::new(tempfile_of(slots * SLOT_BYTES)).unwrap()
     }
 
     #[test]
@@ -163,10 +149,13 @@ pub(super) mod tests {
         assert!(Region::new(tempfile_of(0)).is_err());
     }
 
+    /// A file of `len` bytes, already unlinked (named by process, thread and length, so tests
+    /// running at once never share one).
     fn tempfile_of(len: usize) -> File {
         let path = std::env::temp_dir().join(format!(
-            "ferrule-metrics-test-len-{}-{len}",
-            std::process::id()
+            "ferrule-metrics-test-{}-{:?}-{len}",
+            std::process::id(),
+            std::thread::current().id()
         ));
         let file = std::fs::OpenOptions::new()
             .read(true)
