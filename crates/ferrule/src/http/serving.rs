@@ -22,6 +22,7 @@ use crate::asgi::settings::Settings;
 
 use super::connection::Connection;
 use super::heads::{Recorder, RecordingIo};
+use super::incoming::IncomingBody;
 use super::listener::{accept, IoStream, Listener};
 use super::request::handle;
 
@@ -29,6 +30,8 @@ use super::request::handle;
 struct ConnectionSetup {
     builder: auto::Builder<TokioExecutor>,
     tls: Option<TlsAcceptor>,
+    /// `h3=":PORT"`, added to every response over TLS when HTTP/3 is served beside it.
+    alt_svc: Option<http::HeaderValue>,
 }
 
 /// Accepts connections until the server is asked to stop, then drains them: each finishes
@@ -44,9 +47,17 @@ pub(super) async fn accept_loop(
     let (stopping, _) = watch::channel(false);
     let (abort_tx, abort_rx) = watch::channel(false);
     let tls_on = tls.is_some();
+    let alt_svc = match (&listener, tls_on && server.settings.http3) {
+        (Listener::Tcp(tcp), true) => tcp
+            .local_addr()
+            .ok()
+            .and_then(|addr| http::HeaderValue::try_from(format!("h3=\":{}\"", addr.port())).ok()),
+        _ => None,
+    };
     let setup = Arc::new(ConnectionSetup {
         builder: connection_builder(&server.settings),
         tls,
+        alt_svc,
     });
     let publisher = server.metrics.is_some().then(|| {
         let server = server.clone();
@@ -154,7 +165,10 @@ impl Drop for OpenConnection {
 
 /// Runs `drain` until it ends (true) or the graceful timeout passes (false). A later, shorter
 /// timeout (a second Ctrl-C: `shutdown(0)`) cuts the wait short; a longer one never extends it.
-async fn drain_within(drain: impl Future<Output = ()>, stop: &mut watch::Receiver<Stop>) -> bool {
+pub(crate) async fn drain_within(
+    drain: impl Future<Output = ()>,
+    stop: &mut watch::Receiver<Stop>,
+) -> bool {
     let started = tokio::time::Instant::now();
     let deadline_of = |stop: &Stop| stop.flatten().map(|timeout| started + timeout);
     let mut deadline = deadline_of(&stop.borrow_and_update());
@@ -275,7 +289,26 @@ async fn serve_connection(
         conn: conn.clone(),
         idle_timeout: first_request_timeout,
     };
-    let service = service_fn(move |request| handle(request, conn.clone(), server.clone()));
+    let alt_svc = setup.alt_svc.clone();
+    let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+        let answer = handle(
+            request.map(IncomingBody::Hyper),
+            conn.clone(),
+            server.clone(),
+        );
+        let alt_svc = alt_svc.clone();
+        async move {
+            let mut response = answer.await?;
+            if let Some(alt_svc) = alt_svc {
+                // The app's own Alt-Svc, if it set one, wins.
+                response
+                    .headers_mut()
+                    .entry(http::header::ALT_SVC)
+                    .or_insert(alt_svc);
+            }
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
     type BoxError = Box<dyn std::error::Error + Send + Sync>;
     type Serving<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>>;
     let serving: Serving<'_> = if versions.h1 {

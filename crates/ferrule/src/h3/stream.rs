@@ -1,0 +1,114 @@
+//! One HTTP/3 request stream: the request handed to the shared request path (`http::handle`)
+//! with its body read from the stream, and the response written back, trailers included.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, Bytes};
+use h3::server::{RequestResolver, RequestStream};
+use http::header::{CONTENT_LENGTH, DATE};
+use http::{HeaderValue, Response, StatusCode};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+
+use crate::asgi::server::Server;
+use crate::http::{handle, BoxError, Connection, IncomingBody};
+
+type QuicConnection = h3_quinn::Connection;
+type RecvStream = RequestStream<h3_quinn::RecvStream, Bytes>;
+
+/// H3_INTERNAL_ERROR (RFC 9114 8.1): the stream a failed app left unfinished is reset with it.
+const H3_INTERNAL_ERROR: h3::error::Code = h3::error::Code::H3_INTERNAL_ERROR;
+
+/// Serves one request stream, from its head to the response's end.
+pub(super) async fn serve_request(
+    resolver: RequestResolver<QuicConnection, Bytes>,
+    conn: Arc<Connection>,
+    server: Arc<Server>,
+) {
+    // A malformed head: the h3 crate has answered it (431 for one over the head limit) or
+    // reset the stream.
+    let Ok((request, stream)) = resolver.resolve_request().await else {
+        return;
+    };
+    let (mut send, recv) = stream.split();
+    let request = request.map(|()| IncomingBody::Stream(Box::pin(StreamBody(recv))));
+    let head_request = request.method() == http::Method::HEAD;
+    let date_header = server.settings.date_header;
+    let Ok(response) = handle(request, conn, server).await;
+    let (mut parts, mut body) = response.into_parts();
+    let has_body = !head_request
+        && !matches!(
+            parts.status,
+            StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED
+        );
+    // What hyper adds over HTTP/1.1 and HTTP/2: the length of a body known whole, and the date.
+    if has_body && !parts.headers.contains_key(CONTENT_LENGTH) {
+        if let Some(length) = body.size_hint().exact() {
+            parts
+                .headers
+                .insert(CONTENT_LENGTH, HeaderValue::from(length));
+        }
+    }
+    if date_header && !parts.headers.contains_key(DATE) {
+        parts.headers.insert(DATE, http_date());
+    }
+    if send
+        .send_response(Response::from_parts(parts, ()))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            // The app failed mid-body: the client must not take what it got for the whole.
+            send.stop_stream(H3_INTERNAL_ERROR);
+            return;
+        };
+        let sent = match frame.into_data() {
+            Ok(data) if data.is_empty() => Ok(()),
+            Ok(data) => send.send_data(data).await,
+            Err(frame) => match frame.into_trailers() {
+                Ok(trailers) => send.send_trailers(trailers).await,
+                Err(_) => Ok(()),
+            },
+        };
+        if sent.is_err() {
+            // The client reset the stream or left: dropping the body tells the app.
+            return;
+        }
+    }
+    let _ = send.finish().await;
+}
+
+/// The `date` header's value now (RFC 9110 5.6.7).
+fn http_date() -> HeaderValue {
+    let now = chrono::Utc::now().format("%a, %d %b %Y %H:%M:%S GMT");
+    HeaderValue::try_from(now.to_string()).expect("a date is a valid header value")
+}
+
+/// The request body as read from the stream: the app's `receive()` reads it as it reads
+/// hyper's, and QUIC's flow control holds the client back until it does.
+struct StreamBody(RecvStream);
+
+impl Body for StreamBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut().0.poll_recv_data(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(Some(mut data))) => {
+                let data = data.copy_to_bytes(data.remaining());
+                Poll::Ready(Some(Ok(Frame::data(data))))
+            }
+            Poll::Ready(Ok(None)) => Poll::Ready(None),
+            Poll::Ready(Err(err)) => Poll::Ready(Some(Err(Box::new(err)))),
+        }
+    }
+}
