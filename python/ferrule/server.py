@@ -304,9 +304,9 @@ class Server:
         if quic is not None:
             # Stops with the TCP side (``shutdown`` is shared): done once both are.
             stopped = asyncio.gather(_until(stopped), _until(h3.serve(quic.detach())))
-            if not config.worker:
-                host, port = sock.getsockname()[:2]
-                logger.info("ferrule serving HTTP/3 on udp %s:%d", host, port)
+            # Each worker says so: its own socket joins the port's SO_REUSEPORT group here.
+            host, port = sock.getsockname()[:2]
+            logger.info("ferrule serving HTTP/3 on udp %s:%d [%d]", host, port, os.getpid())
         self._stopped = asyncio.ensure_future(_until(stopped))
         self.servers = [Listening(sock)]
         if not config.worker:  # a worker's parent said where, once for all (as uvicorn)

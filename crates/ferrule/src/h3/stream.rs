@@ -54,6 +54,12 @@ pub(super) async fn serve_request(
     if date_header && !parts.headers.contains_key(DATE) {
         parts.headers.insert(DATE, http_date());
     }
+    // Connection-specific fields make an HTTP/3 message malformed (RFC 9114 4.2), and a client
+    // closes the whole connection over one; hyper drops them from HTTP/2 responses likewise.
+    // The refusals' `connection: close` is one of them.
+    for name in CONNECTION_SPECIFIC {
+        parts.headers.remove(name);
+    }
     if send
         .send_response(Response::from_parts(parts, ()))
         .await
@@ -82,6 +88,15 @@ pub(super) async fn serve_request(
     }
     let _ = send.finish().await;
 }
+
+/// Fields that belong to one HTTP/1.1 connection, not to an HTTP/3 message.
+const CONNECTION_SPECIFIC: [http::HeaderName; 5] = [
+    http::header::CONNECTION,
+    http::header::TRANSFER_ENCODING,
+    http::header::UPGRADE,
+    http::HeaderName::from_static("keep-alive"),
+    http::HeaderName::from_static("proxy-connection"),
+];
 
 /// The `date` header's value now (RFC 9110 5.6.7).
 fn http_date() -> HeaderValue {
