@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import pytest
 from aioquic.quic.connection import QuicConnection
 from certs import Certs
-from h3client import GOAWAY, H3Client, configuration, h3_connection
+from h3client import GOAWAY, H3Client, StreamError, configuration, h3_connection
 from serverutil import ServerProcess, ferrule_command, run_to_exit, running_server
 
 APP = "h3_app:app"
@@ -321,6 +321,28 @@ def test_streams_opened_and_reset_at_once(server: ServerProcess, certs: Certs) -
             await asyncio.sleep(0.1)
 
     assert h3(server, certs, gauge) == 0
+
+
+def test_oversized_header_block_leaves_the_server_serving(
+    server: ServerProcess, certs: Certs
+) -> None:
+    """Rule: a request whose header block is 1 MB (sixteen times the default head limit) is
+    answered 431 or has its stream reset, never reaches the app, and the same connection and a
+    new one are served at once after it. Passed when written."""
+
+    async def work(client: H3Client) -> tuple[str, int]:
+        headers = [(f"x-big-{i}".encode(), b"b" * 60_000) for i in range(17)]
+        try:
+            big = await client.request("GET", "/scope", headers=headers)
+            outcome = str(big.status)
+        except StreamError as exc:
+            outcome = f"reset: {exc}"
+        return outcome, (await client.request("GET", "/scope")).status
+
+    outcome, after = h3(server, certs, work)
+    assert outcome == "431" or outcome.startswith("reset"), outcome
+    assert after == 200
+    assert h3(server, certs, lambda c: c.request("GET", "/scope")).status == 200
 
 
 def test_a_reset_during_the_response_does_not_stop_the_server(
