@@ -216,6 +216,28 @@ def test_shutdown_sends_goaway_and_finishes_streams(certs: Certs) -> None:
         assert stopping.wait_exit(10) == 0, stopping.describe()
 
 
+def test_shutdown_cancels_what_outlasts_the_graceful_timeout(certs: Certs) -> None:
+    """Rule: a request over HTTP/3 still running when --timeout-graceful-shutdown passes is
+    cancelled (logged as over TCP) and the server exits 0 soon after, even with no TCP
+    connection open. Failed before the HTTP/3 drain cancelled apps itself (only the TCP side
+    did, when it had connections to drain): no "Cancel" line, and the app was cancelled only
+    as the process closed its bridge, after lifespan shutdown."""
+    args = ["--timeout-graceful-shutdown", "1"]
+    with running_server(APP, "--http3", *tls_args(certs), *args) as stopping:
+
+        async def work(client: H3Client) -> None:
+            client.start_request("GET", "/sleep?secs=30")
+            await asyncio.sleep(0.3)
+            stopping.send_signal(signal.SIGINT)
+            started = time.monotonic()
+            while stopping.returncode is None and time.monotonic() - started < 10:
+                await asyncio.sleep(0.1)
+
+        h3(stopping, certs, work)
+        assert stopping.wait_exit(10) == 0, stopping.describe()
+        assert "Cancel 1 running task(s)" in stopping.stderr, stopping.describe()
+
+
 # -- workers -----------------------------------------------------------------------------------
 
 

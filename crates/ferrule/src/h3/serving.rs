@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::live::Stop;
 use crate::asgi::server::Server;
-use crate::http::{drain_within, Connection};
+use crate::http::{cancel_running, drain_within, Connection};
 
 use super::stream::serve_request;
 
@@ -88,8 +88,9 @@ pub(super) async fn serve(
         stopping.closed().await;
     };
     if !drain_within(drain, &mut stop).await {
-        // The TCP side cancels the apps still running (the bridge's, shared); here the
-        // connections are closed.
+        // The TCP side does the same at the same deadline when it has connections to drain;
+        // a second call finds nothing left to cancel.
+        cancel_running(&server);
         let _ = abort_tx.send(true);
     }
     endpoint.close(H3_NO_ERROR, b"");

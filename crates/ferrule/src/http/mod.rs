@@ -40,7 +40,7 @@ pub(crate) use self::connection::Connection;
 pub(crate) use self::incoming::{BoxError, IncomingBody};
 pub(crate) use self::request::handle;
 pub(crate) use self::server::StoppedSignal;
-pub(crate) use self::serving::drain_within;
+pub(crate) use self::serving::{cancel_running, drain_within};
 pub(crate) use self::tls::TlsFiles;
 
 /// Registers the server's classes on `module`.

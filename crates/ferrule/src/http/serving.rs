@@ -111,25 +111,30 @@ pub(super) async fn accept_loop(
         let _ = ws_sessions.wait_for(|open| *open == 0).await;
     };
     if !drain_within(drain, &mut stop).await {
-        Python::attach(|py| {
-            let running = server.state.in_flight();
-            if running > 0 {
-                let line =
-                    format!("Cancel {running} running task(s), timeout graceful shutdown exceeded");
-                let _ = server
-                    .py
-                    .error_logger
-                    .bind(py)
-                    .call_method1(pyo3::intern!(py, "error"), (line,));
-            }
-            server.bridge.cancel_all(py);
-        });
+        cancel_running(&server);
         let _ = abort_tx.send(true);
     }
     if let Some(publisher) = publisher {
         publisher.abort();
     }
     publish_metrics(&server);
+}
+
+/// The graceful timeout has passed: every app coroutine still running is cancelled, and said so.
+pub(crate) fn cancel_running(server: &Server) {
+    Python::attach(|py| {
+        let running = server.state.in_flight();
+        if running > 0 {
+            let line =
+                format!("Cancel {running} running task(s), timeout graceful shutdown exceeded");
+            let _ = server
+                .py
+                .error_logger
+                .bind(py)
+                .call_method1(pyo3::intern!(py, "error"), (line,));
+        }
+        server.bridge.cancel_all(py);
+    });
 }
 
 /// How often a worker copies its bridge counters, GIL-wait trace and WebSocket gauge into its
