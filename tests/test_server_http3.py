@@ -72,6 +72,15 @@ def test_get_scope_over_http3(server: ServerProcess, certs: Certs) -> None:
     assert response.header(b"date") is not None
 
 
+def test_scope_server_is_the_address_reached_on_a_wildcard_bind(certs: Certs) -> None:
+    """Rule: bound to 0.0.0.0, the scope's ``server`` over HTTP/3 is the address the client
+    reached (127.0.0.1), as over TCP, not the wildcard. Failed with ["0.0.0.0", PORT] while
+    it was the UDP socket's own address."""
+    with running_server(APP, "--http3", "--host", "0.0.0.0", *tls_args(certs)) as wildcard:
+        response = h3(wildcard, certs, lambda c: c.request("GET", "/scope"))
+        assert json.loads(bytes(response.body))["server"] == ["127.0.0.1", wildcard.port]
+
+
 def test_post_of_one_megabyte_comes_back_whole(server: ServerProcess, certs: Certs) -> None:
     """Rule: a 1 MB request body reaches the app whole (streamed through ``receive()`` under
     QUIC flow control) and a 1 MB response body reaches the client whole. Passed when written;

@@ -132,8 +132,13 @@ async fn serve_connection(
     };
     drop(handshake);
     let remote = quic.remote_address();
+    // On a wildcard address the socket's own says nothing: the address the client reached
+    // is the packets' destination (quinn reads it where the platform tells).
     let server_addr = match local {
-        Some(local) => (local.ip().to_string(), Some(local.port())),
+        Some(local) => {
+            let ip = quic.local_ip().unwrap_or(local.ip()).to_canonical();
+            (ip.to_string(), Some(local.port()))
+        }
         None => (String::new(), None),
     };
     let mut info = ConnInfo::new(
