@@ -167,6 +167,15 @@ def test_http3_without_tls_is_a_usage_error() -> None:
     assert "--http3" in result.stderr and "ssl_certfile" in result.stderr, result.stderr
 
 
+def test_http3_on_a_unix_socket_is_a_usage_error(certs: Certs, tmp_path: Path) -> None:
+    """Rule: --http3 with --uds is a usage error (exit 2) naming --http3: QUIC needs a UDP
+    port. Passed when written (the check came with the setting)."""
+    uds = str(tmp_path / "s.sock")
+    result = run_to_exit(ferrule_command(APP, "--uds", uds, "--http3", *tls_args(certs)))
+    assert result.returncode == 2, result.describe()
+    assert "--http3" in result.stderr and "Unix socket" in result.stderr, result.stderr
+
+
 # -- limits ------------------------------------------------------------------------------------
 
 
