@@ -14,6 +14,8 @@
 # DIR_A and DIR_B hold each build as `pip install --no-deps --target DIR wheel` unpacks it.
 # ARGS_A and ARGS_B add server options to one side, to compare flags on one build:
 #   ARGS_B="--metrics --metrics-port 0" benches/ab.sh /hello /tmp/ferrule-rel /tmp/ferrule-rel
+# ENV_A and ENV_B set environment variables for one side (NAME=VALUE ..., as `env` takes them):
+#   ENV_B="MIMALLOC_PURGE_DELAY=0" benches/ab.sh /hello /tmp/ferrule-rel /tmp/ferrule-rel
 set -euo pipefail
 LOOP=uvloop ROUNDS=4 APP=apps:app POST_KIB=
 while [ $# -gt 3 ]; do
@@ -34,10 +36,10 @@ if [ -n "$POST_KIB" ]; then
     echo "wrk.method = \"POST\"; wrk.body = string.rep(\"x\", $POST_KIB * 1024)" > "$LUA"
     WRK_SCRIPT=(-s "$LUA")
 fi
-PYTHONPATH=$A taskset -c 0 python3 -m ferrule "$APP" --port "$PORT_A" --loop "$LOOP" \
+PYTHONPATH=$A env ${ENV_A:-} taskset -c 0 python3 -m ferrule "$APP" --port "$PORT_A" --loop "$LOOP" \
     --no-access-log ${ARGS_A:-} > /dev/null 2>&1 &
 SERVER_A=$!
-PYTHONPATH=$B taskset -c 0 python3 -m ferrule "$APP" --port "$PORT_B" --loop "$LOOP" \
+PYTHONPATH=$B env ${ENV_B:-} taskset -c 0 python3 -m ferrule "$APP" --port "$PORT_B" --loop "$LOOP" \
     --no-access-log ${ARGS_B:-} > /dev/null 2>&1 &
 SERVER_B=$!
 trap 'kill -INT $SERVER_A $SERVER_B 2>/dev/null || true; wait' EXIT

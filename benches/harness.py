@@ -147,6 +147,22 @@ def ferrule_build() -> str:
     return f"{version} ({kind}; {extension}, {stat.st_size / 1e6:.1f} MB, file dated {built})"
 
 
+def group_cpu_seconds(pgid: int) -> float:
+    """User + system CPU time of every process in group `pgid` (a server and its workers)."""
+    ticks = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -221,6 +237,10 @@ class ServerProcess:
         self.log.flush()
         text = self.log_path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:])
+
+    def cpu_seconds(self) -> float:
+        """The CPU time the server (all its processes) has used so far."""
+        return group_cpu_seconds(self.proc.pid)
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"

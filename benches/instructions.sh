@@ -1,7 +1,7 @@
 #!/bin/bash
 # User-space instructions per request of a ferrule server, under callgrind: steadier than
 # requests/s on a noisy machine (this VM has no hardware counters for `perf stat`), so small
-# changes can be compared. Warm-up of 500 requests, then N measured ones (oha -c50).
+# changes can be compared. Warm-up of 500 requests, then N measured ones (h2load --h1 -c50).
 #
 #   benches/instructions.sh [--ferrule-path DIR] LOOP PATH [N] [APP]
 #   benches/instructions.sh --ferrule-path /tmp/ferrule-rel uvloop /hello 2000
@@ -30,10 +30,14 @@ for _ in $(seq 120); do
     sleep 1
 done
 BODY=()
-[ "$TARGET" = "/echo" ] && BODY=(-m POST -d "$(head -c 10240 /dev/zero | tr '\0' x)")
-oha --no-tui -n 500 -c 50 "${BODY[@]}" "http://127.0.0.1:$PORT$TARGET" > /dev/null
+if [ "$TARGET" = "/echo" ]; then  # h2load POSTs a file's contents
+    head -c 10240 /dev/zero | tr '\0' x > "$OUT.body"
+    BODY=(-d "$OUT.body")
+fi
+load() { h2load --h1 -n "$1" -c 50 "${BODY[@]}" "http://127.0.0.1:$PORT$TARGET" > /dev/null; }
+load 500
 callgrind_control -z "$SERVER" > /dev/null 2>&1
-oha --no-tui -n "$N" -c 50 "${BODY[@]}" "http://127.0.0.1:$PORT$TARGET" > /dev/null
+load "$N"
 callgrind_control -d "$SERVER" > /dev/null 2>&1
 TOTAL=$(callgrind_annotate "$OUT.1" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
 echo "$LOOP $TARGET: $((TOTAL / N)) Ir/request ($OUT.1)"

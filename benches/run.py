@@ -24,6 +24,7 @@ benches/results/<timestamp>.{md,png}.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.metadata
 import json
@@ -35,8 +36,9 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +94,9 @@ class Cell:
     """One scenario on one server: the median over the repeats."""
 
     rps: float
+    # The server's CPU time (user + system, all its processes) per request: steadier than
+    # requests/s, which the load generator's own core caps near the top.
+    cpu_us: float
     p50_ms: float
     p99_ms: float
     errors: int
@@ -248,6 +253,29 @@ def each_scenario(
     return failures
 
 
+@dataclass
+class CpuWindow:
+    seconds: float = 0.0
+
+
+@contextlib.contextmanager
+def cpu_window(proc: ServerProcess, scenario: Scenario, args) -> Iterator[CpuWindow]:
+    """The server's CPU time over one measured run. h2load warms up inside the run and counts
+    only the requests after it, so for HTTP/2 the window opens when its warm-up ends."""
+    window = CpuWindow()
+    start = [proc.cpu_seconds()]
+    timer = None
+    if scenario.http == "2" and args.warmup:
+        timer = threading.Timer(args.warmup, lambda: start.__setitem__(0, proc.cpu_seconds()))
+        timer.start()
+    try:
+        yield window
+    finally:
+        if timer is not None:
+            timer.join()
+        window.seconds = proc.cpu_seconds() - start[0]
+
+
 def measure_closed_loop(
     group: Group, scenario: Scenario, servers: list[Server], args, progress
 ) -> dict[str, Cell]:
@@ -272,9 +300,10 @@ def measure_closed_loop(
             progress.show(f"{server.name} {scenario.name}: repeat {i + 1}/{args.repeats}")
             proc = procs[server.name]
             try:
-                result = closed_loop(scenario, proc.url(scenario.path), group.tmp, args)(
-                    args.duration
-                )
+                with cpu_window(proc, scenario, args) as cpu:
+                    result = closed_loop(scenario, proc.url(scenario.path), group.tmp, args)(
+                        args.duration
+                    )
                 if result.requests == 0:
                     raise RuntimeError(
                         f"0 requests in {args.duration} s: the server stopped answering"
@@ -284,13 +313,15 @@ def measure_closed_loop(
                 progress.done += args.repeats - i
                 group.failed(server, scenario, exc, scenario.path, progress)
                 continue
-            runs[server.name].append(result)
+            runs[server.name].append((result, cpu.seconds * 1e6 / result.requests))
             progress.step(f"{server.name} {scenario.name}: {result.rps:,.0f} req/s")
     cells = {}
-    for name, results in runs.items():
+    for name, measured in runs.items():
+        results = [r for r, _ in measured]
         counted = sum(r.requests for r in results)
         cells[name] = Cell(
             rps=statistics.median(r.rps for r in results),
+            cpu_us=statistics.median(cpu_us for _, cpu_us in measured),
             p50_ms=statistics.median(r.p50_ms for r in results),
             p99_ms=statistics.median(r.p99_ms for r in results),
             errors=sum(r.errors for r in results),
@@ -427,6 +458,14 @@ def ratio(cells: dict, server: str, scenario: str, base: str) -> str:
     return f"{this.rps / other.rps:.2f}x"
 
 
+def cpu_ratio(cells: dict, server: str, scenario: str, base: str) -> str:
+    """How many times less CPU a request costs on `server` than on `base`."""
+    this, other = cells.get((server, scenario)), cells.get((base, scenario))
+    if this is None or other is None or not this.cpu_us:
+        return "-"
+    return f"{other.cpu_us / this.cpu_us:.2f}x"
+
+
 def open_cells(result: OhaResult | None) -> str:
     """The two open-loop columns; failures are appended to p99 so they cannot be missed."""
     if result is None:
@@ -457,7 +496,10 @@ def markdown(
     out.append(
         f"- Method: server `taskset -c {SERVER_CPU}`; `taskset -c 1 wrk -t1 -c{args.connections}"
         f" -d{args.duration}s --latency`, {warmup} {args.repeats} repeat(s); median of each"
-        " column, errors and non-2xx summed; x granian / x uvicorn compare requests/s."
+        " column, errors and non-2xx summed; x granian / x uvicorn compare requests/s. CPU"
+        " us/req: the server's user + system CPU time (all its processes, from /proc) over the"
+        " requests of the same run; CPU x granian: granian's CPU per request over this"
+        " server's."
     )
     h2 = [s.name for s in scenarios if s.http == "2"]
     if h2:
@@ -472,9 +514,10 @@ def markdown(
             f" {args.open_loop_fraction:g} x the slowest server's req/s above: {listed}."
         )
     columns = (
-        "| scenario | server | req/s | p50 ms | p99 ms | errors | non-2xx | x granian | x uvicorn"
+        "| scenario | server | req/s | CPU us/req | p50 ms | p99 ms | errors | non-2xx"
+        " | x granian | x uvicorn | CPU x granian"
     )
-    align = "| --- | --- |" + " ---: |" * 7
+    align = "| --- | --- |" + " ---: |" * 9
     if open_loop:
         columns += " | open p50 ms | open p99 ms"
         align += " ---: | ---: |"
@@ -482,7 +525,7 @@ def markdown(
     for scenario in scenarios:
         for server in servers:
             cell = cells.get((server.name, scenario.name))
-            empty = 8 if open_loop else 6
+            empty = 10 if open_loop else 8
             if not server.serves(scenario):
                 out.append(f"| {scenario.name} | {server.name} | - |" + " - |" * empty)
                 continue
@@ -493,10 +536,11 @@ def markdown(
             if open_loop:
                 opened = f" {open_cells(open_loop.get((server.name, scenario.name)))} |"
             out.append(
-                f"| {scenario.name} | {server.name} | {cell.rps:,.0f} | {ms(cell.p50_ms)}"
-                f" | {ms(cell.p99_ms)} | {cell.errors} | {cell.non_2xx}"
+                f"| {scenario.name} | {server.name} | {cell.rps:,.0f} | {fmt_us(cell.cpu_us)}"
+                f" | {ms(cell.p50_ms)} | {ms(cell.p99_ms)} | {cell.errors} | {cell.non_2xx}"
                 f" | {ratio(cells, server.name, scenario.name, 'granian')}"
-                f" | {ratio(cells, server.name, scenario.name, 'uvicorn')} |{opened}"
+                f" | {ratio(cells, server.name, scenario.name, 'uvicorn')}"
+                f" | {cpu_ratio(cells, server.name, scenario.name, 'granian')} |{opened}"
             )
     if any(not server.serves(s) for server in servers for s in scenarios):
         out += ["", "-: the server does not serve that scenario (" + NOT_SERVED + ")."]
@@ -528,6 +572,7 @@ def markdown(
                 f"| {scenario.name} | {found[0]['calls_per_s']:,.0f}"
                 f" | {found[1]['calls_per_s']:,.0f} | {', '.join(shares) or '-'} | {rust} |"
             )
+    out += bridge_limit_lines(cells, ceiling)
     out += relay_lines(cells, servers, scenarios)
     target_lines = targets(cells)
     if target_lines:
@@ -608,6 +653,29 @@ def fmt_us(value: float) -> str:
     if math.isnan(value):
         return "-"
     return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def bridge_limit_lines(cells: dict, ceiling: dict) -> list[str]:
+    """hello against a bridge that cost nothing: the Rust-only route's CPU per request plus the
+    app's own time (the Python-only ceiling), over what each ferrule loop spends a request."""
+    rust = cells.get(("ferrule-rust", "hello"))
+    if rust is None or not rust.cpu_us:
+        return []
+    lines = []
+    for loop in ("asyncio", "uvloop"):
+        app = ceiling.get(loop, {}).get("hello")
+        cell = cells.get((f"ferrule-{loop}", "hello"))
+        if app is None or cell is None or not cell.cpu_us:
+            continue
+        limit = rust.cpu_us + 1e6 / app["calls_per_s"]
+        lines.append(
+            f"- ferrule-{loop}: {fmt_us(rust.cpu_us)} us (Rust-only route) +"
+            f" {fmt_us(1e6 / app['calls_per_s'])} us (the app alone) = {fmt_us(limit)} us"
+            f" against {fmt_us(cell.cpu_us)} us a request: {limit / cell.cpu_us:.0%} of the limit"
+        )
+    if not lines:
+        return []
+    return ["", "hello against the perfect-bridge limit (CPU per request):", "", *lines]
 
 
 def rust_route_cell(cells: dict, scenario: str) -> str:

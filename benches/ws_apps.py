@@ -2,9 +2,9 @@
 
 GET /            200 "ok" (the readiness probe)
 WS  /echo        sends every message back as it came (text or bytes)
-WS  /broadcast   joins the audience of one server-side broadcaster, which sends
-                 `BROADCAST` to every socket in the audience, round after round, for as long
-                 as anyone listens
+WS  /broadcast   joins the audience of one server-side broadcaster, which sends one of
+                 `BROADCASTS` to every socket in the audience, the next one each round, for
+                 as long as anyone listens
 """
 
 from __future__ import annotations
@@ -12,19 +12,31 @@ from __future__ import annotations
 import asyncio
 import json
 
-#: A JSON-like text of about 1 KiB: what the broadcaster sends.
-BROADCAST = json.dumps(
-    [{"id": i, "name": f"user-{i}", "score": i * 3.5, "online": i % 3 == 0} for i in range(17)]
-)[:1024]
+#: JSON-like texts of about 1 KiB, what the broadcaster sends in turn: different messages, as a
+#: feed's are, and more of them than a deflate window holds, so that none compresses to a mere
+#: reference to its previous copy.
+BROADCASTS = [
+    json.dumps(
+        [
+            {"id": r * 17 + i, "name": f"user-{(r * 7 + i) % 997}", "score": (r + i) * 3.5}
+            | {"online": (r + i) % 3 == 0}
+            for i in range(17)
+        ]
+    )[:1024]
+    for r in range(64)
+]
 
 audience: set = set()
 broadcaster: asyncio.Task | None = None
 
 
 async def broadcast() -> None:
-    message = {"type": "websocket.send", "text": BROADCAST}
+    messages = [{"type": "websocket.send", "text": text} for text in BROADCASTS]
+    round_ = 0
     while audience:
+        message = messages[round_ % len(messages)]
         await asyncio.gather(*(send(message) for send in list(audience)), return_exceptions=True)
+        round_ += 1
 
 
 async def app(scope, receive, send) -> None:

@@ -52,6 +52,10 @@ def deflate(data: bytes, compressor: Any = None) -> bytes:
     return out[: -len(TAIL)]
 
 
+#: The answer to a bare offer: the server's window capped at 12 bits.
+DEFAULT_ANSWER = "permessage-deflate; server_max_window_bits=12"
+
+
 def inflate(payload: bytes, wbits: int = 15) -> bytes:
     return zlib.decompressobj(wbits=-wbits).decompress(payload + TAIL)
 
@@ -88,15 +92,23 @@ def server() -> Iterator[ServerProcess]:
 @pytest.mark.parametrize(
     ("offers", "answer"),
     [
-        (["permessage-deflate"], "permessage-deflate"),
-        (["permessage-deflate; client_max_window_bits"], "permessage-deflate"),
+        (["permessage-deflate"], "permessage-deflate; server_max_window_bits=12"),
+        (
+            ["permessage-deflate; client_max_window_bits"],
+            "permessage-deflate; server_max_window_bits=12; client_max_window_bits=12",
+        ),
+        (
+            ["permessage-deflate; server_max_window_bits=15; client_max_window_bits=8"],
+            "permessage-deflate; server_max_window_bits=12; client_max_window_bits=8",
+        ),
         (
             ["permessage-deflate; client_max_window_bits=10; server_max_window_bits=12"],
             "permessage-deflate; server_max_window_bits=12; client_max_window_bits=10",
         ),
         (
             ["permessage-deflate; server_no_context_takeover; client_no_context_takeover"],
-            "permessage-deflate; server_no_context_takeover; client_no_context_takeover",
+            "permessage-deflate; server_no_context_takeover; client_no_context_takeover;"
+            " server_max_window_bits=12",
         ),
         (
             ['permessage-deflate; server_max_window_bits="9"'],
@@ -109,9 +121,12 @@ def server() -> Iterator[ServerProcess]:
                 "permessage-deflate; client_no_context_takeover",
                 "permessage-deflate",
             ],
-            "permessage-deflate; client_no_context_takeover",
+            "permessage-deflate; client_no_context_takeover; server_max_window_bits=12",
         ),
-        (["foo", "permessage-deflate; bar=1", "permessage-deflate"], "permessage-deflate"),
+        (
+            ["foo", "permessage-deflate; bar=1", "permessage-deflate"],
+            "permessage-deflate; server_max_window_bits=12",
+        ),
         # Offers it cannot honour: declined, and the handshake still succeeds.
         (["permessage-deflate; server_max_window_bits=8"], None),
         (["permessage-deflate; server_max_window_bits"], None),
@@ -127,10 +142,11 @@ def test_negotiation_answers_the_first_acceptable_offer(
     server: ServerProcess, offers: list[str], answer: str | None
 ) -> None:
     """Rule: the 101 names permessage-deflate with the parameters of the first offer the
-    server can honour (echoing server_max_window_bits and client_max_window_bits values, the
-    context-takeover flags); an offer it cannot honour (a server window of 8 bits, a missing
-    or bad value, an unknown or repeated parameter) is declined by leaving it out, never by
-    failing the handshake, and the socket works. Fails without negotiation: no
+    server can honour (the context-takeover flags; server_max_window_bits always, the offered
+    value or 12 if less; client_max_window_bits if offered, its value or 12 if less); an offer
+    it cannot honour (a server window of 8 bits, a missing or bad value, an unknown or
+    repeated parameter) is declined by leaving it out, never by failing the handshake, and
+    the socket works. Fails without negotiation: no
     Sec-WebSocket-Extensions in any 101."""
     ws = offering(server, *offers)
     try:
@@ -252,7 +268,7 @@ def test_server_frames_are_compressed_with_context_takeover(server: ServerProces
     resets its context after each message."""
     ws = offering(server, "permessage-deflate")
     try:
-        assert negotiated(ws) == "permessage-deflate"
+        assert negotiated(ws) == DEFAULT_ANSWER
         inflater = zlib.decompressobj(wbits=-15)
         sizes = []
         for _ in range(2):
@@ -291,6 +307,30 @@ def test_server_no_context_takeover_and_window_bits_are_kept(server: ServerProce
         ws.close()
 
 
+def test_windows_are_twelve_bits_by_default(server: ServerProcess) -> None:
+    """Rule: without a smaller window asked for, the server compresses with a 12-bit window
+    (an inflater with a 4 KiB window takes every frame, though the message repeats itself
+    5000 bytes back) and caps the client's at 12 bits when the client offers
+    client_max_window_bits, then inflates what the client compresses with that window. Fails
+    with the 15-bit default: zlib's "invalid distance too far back" on the 12-bit inflater."""
+    message = os.urandom(5000) * 2
+    ws = offering(server, "permessage-deflate; client_max_window_bits")
+    try:
+        assert negotiated(ws) == (
+            "permessage-deflate; server_max_window_bits=12; client_max_window_bits=12"
+        )
+        compressor = zlib.compressobj(wbits=-12)
+        inflater = zlib.decompressobj(wbits=-12)
+        for _ in range(2):
+            payload = compressor.compress(message) + compressor.flush(zlib.Z_SYNC_FLUSH)
+            ws.send_frame(OP_BINARY, payload[: -len(TAIL)], rsv=RSV1)
+            frame = ws.read_frame()
+            assert frame.rsv == RSV1, frame
+            assert inflater.decompress(frame.payload + TAIL) == message
+    finally:
+        ws.close()
+
+
 # -- the client's frames -----------------------------------------------------------------------
 
 
@@ -305,7 +345,7 @@ def test_fragmented_compressed_message_with_ping_between_fragments(server: Serve
     thirds = [payload[: len(payload) // 3], payload[len(payload) // 3 : -5], payload[-5:]]
     ws = offering(server, "permessage-deflate")
     try:
-        assert negotiated(ws) == "permessage-deflate"
+        assert negotiated(ws) == DEFAULT_ANSWER
         inflater = zlib.decompressobj(wbits=-15)
         ws.send_frame(OP_TEXT, thirds[0], fin=False, rsv=RSV1)
         ws.send_frame(OP_PING, b"mid")
@@ -364,7 +404,7 @@ def test_protocol_errors_with_deflate_close_1002(
     does not inflate still reach tungstenite's checks."""
     ws = offering(server, "permessage-deflate")
     try:
-        assert negotiated(ws) == "permessage-deflate"
+        assert negotiated(ws) == DEFAULT_ANSWER
         for data in frames:
             ws.send(data)
         assert ws.read_close().code == 1002
@@ -379,7 +419,7 @@ def test_invalid_utf8_after_inflation_closes_1007(server: ServerProcess) -> None
     plain one does. Fails if the inflated text skips tungstenite's UTF-8 check."""
     ws = offering(server, "permessage-deflate")
     try:
-        assert negotiated(ws) == "permessage-deflate"
+        assert negotiated(ws) == DEFAULT_ANSWER
         ws.send_frame(OP_TEXT, deflate(b"ok \xff\xfe"), rsv=RSV1)
         assert ws.read_close().code == 1007
     finally:
@@ -447,7 +487,7 @@ def test_decompression_bomb_closes_1009_with_bounded_memory() -> None:
         ):
             ws = offering(srv, "permessage-deflate")
             try:
-                assert negotiated(ws) == "permessage-deflate"
+                assert negotiated(ws) == DEFAULT_ANSWER
                 try:
                     for data in frames:
                         ws.send(data)
@@ -471,7 +511,7 @@ def test_compressed_frame_over_max_size_closes_1009() -> None:
     with running_server(APP, "--ws-max-size", str(MAX_SIZE)) as srv:
         ws = offering(srv, "permessage-deflate")
         try:
-            assert negotiated(ws) == "permessage-deflate"
+            assert negotiated(ws) == DEFAULT_ANSWER
             frame = build_frame(OP_BINARY, payload, rsv=RSV1)
             # The header and a little of the payload: the server decides on the header.
             ws.send(frame[:4096])

@@ -21,7 +21,6 @@ from ferrule.metrics import SUPERVISOR_SLOTS, Metrics, MetricsListenError
 from ferrule.recycling import REASONS, Recycling
 from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
 from ferrule.watch import WatchedFiles, changed_files
-from ferrule.worker import WORKER_ENV, worker_data
 
 logger = logging.getLogger("ferrule.error")
 
@@ -524,6 +523,10 @@ def spawn_worker(
         fds.append(heartbeat_fd)
     if metrics_slot is not None:
         fds.append(metrics_slot[0])
+    # Imported here: importing ferrule must not import the module that `-m` runs in the
+    # worker, or Python warns that it was in sys.modules before it ran.
+    from ferrule.worker import WORKER_ENV, worker_data
+
     # In the environment, not on the command line, which any user can read with ps (the key
     # password is a setting); a process's environment is readable only by its owner.
     data = worker_data(config, sock.fileno(), heartbeat_fd, metrics_slot)

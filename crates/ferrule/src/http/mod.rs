@@ -2,6 +2,7 @@
 //! - `server`: `HttpServer`, the Python class: settings, listening sockets, shutdown;
 //! - `listener`: `Listener`, the listening sockets Python hands over, and accepting;
 //! - `serving`: the accept loop and each connection it serves (TLS handshake, hyper, finishing);
+//! - `preface`: HTTP/1.1 or HTTP/2, told by the client's first bytes;
 //! - `connection`: `Connection`, one connection as its requests see it;
 //! - `request`: one request, from the checks before the app to the app's coroutine;
 //! - `streams`: `OpenStreams`, the HTTP/2 streams in progress on a connection;
@@ -25,6 +26,7 @@ mod exchange;
 mod heads;
 mod incoming;
 mod listener;
+mod preface;
 mod request;
 mod server;
 mod serving;

@@ -1,15 +1,17 @@
 //! The accept loop and each connection it serves: the TLS handshake, hyper's connection
 //! settings, and when a connection is asked to finish.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
+use hyper::Response;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use pyo3::prelude::*;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
@@ -20,15 +22,19 @@ use crate::asgi::logging::{log_line, TRACE};
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
 
+use super::body::ResponseBody;
 use super::connection::Connection;
 use super::heads::{Recorder, RecordingIo};
 use super::incoming::IncomingBody;
 use super::listener::{accept, IoStream, Listener};
+use super::preface::{sniff, PrefixedIo};
 use super::request::handle;
 
-/// How every connection of one server is served: hyper's settings, and TLS if it is on.
+/// How every connection of one server is served: hyper's settings for each version, and TLS
+/// if it is on.
 struct ConnectionSetup {
-    builder: auto::Builder<TokioExecutor>,
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
     tls: Option<TlsAcceptor>,
     /// `h3=":PORT"`, added to every response over TLS when HTTP/3 is served beside it.
     alt_svc: Option<http::HeaderValue>,
@@ -55,7 +61,8 @@ pub(super) async fn accept_loop(
         _ => None,
     };
     let setup = Arc::new(ConnectionSetup {
-        builder: connection_builder(&server.settings),
+        http1: http1_builder(&server.settings),
+        http2: http2_builder(&server.settings),
         tls,
         alt_svc,
     });
@@ -218,14 +225,10 @@ async fn accept_with_permit(
     Ok((stream, conn, permit))
 }
 
-/// hyper's connection settings: HTTP/1.1 and HTTP/2 told apart by the client's first bytes
-/// (hyper-util's auto builder), or HTTP/2 alone. HTTP/1.1 alone cannot be asked of the auto
-/// builder once upgrades are on (it ignores it), so the head recorder refuses an HTTP/2 preface
-/// then (`Recorder::refusing_http2`).
-fn connection_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+/// hyper's HTTP/1.1 settings.
+fn http1_builder(settings: &Settings) -> http1::Builder {
+    let mut builder = http1::Builder::new();
     builder
-        .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(settings.header_read_timeout())
         .auto_date_header(settings.date_header)
@@ -235,7 +238,12 @@ fn connection_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
         // 431 from `refusal`. Past the buffer hyper answers 431 and closes.
         .max_buf_size(2 * settings.max_head_size);
     builder
-        .http2()
+}
+
+/// hyper's HTTP/2 settings.
+fn http2_builder(settings: &Settings) -> http2::Builder<TokioExecutor> {
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(settings.max_head_size).unwrap_or(u32::MAX))
         .max_concurrent_streams(settings.http2_max_concurrent_streams)
@@ -248,14 +256,14 @@ fn connection_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
         .auto_date_header(settings.date_header);
     if settings.websockets {
         // SETTINGS_ENABLE_CONNECT_PROTOCOL: WebSockets over HTTP/2 streams (RFC 8441).
-        builder.http2().enable_connect_protocol();
+        builder.enable_connect_protocol();
     }
-    if settings.http.h1 {
-        builder
-    } else {
-        builder.http2_only()
-    }
+    builder
 }
+
+/// One request's handling, as hyper holds it.
+type Handling =
+    Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, Infallible>> + Send + 'static>>;
 
 /// How long a client may take over the TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -271,7 +279,13 @@ async fn serve_connection(
     let stream: Box<dyn IoStream> = match &setup.tls {
         None => stream,
         Some(acceptor) => {
-            match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+            // Boxed: the handshake's state is large, and the connection's task would otherwise
+            // keep room for it as long as the connection lives.
+            let handshake = Box::pin(tokio::time::timeout(
+                TLS_HANDSHAKE_TIMEOUT,
+                acceptor.accept(stream),
+            ));
+            match handshake.await {
                 Ok(Ok(tls)) => Box::new(tls),
                 // A failed or abandoned handshake: rustls has sent its alert, if any.
                 _ => return,
@@ -285,7 +299,7 @@ async fn serve_connection(
     if !settings.http.h2 {
         recorder = recorder.refusing_http2();
     }
-    let io = TokioIo::new(RecordingIo::new(stream, recorder));
+    let io = RecordingIo::new(stream, recorder);
     let heads = conn.heads.clone();
     let first_request_timeout = settings.header_read_timeout();
     let versions = settings.http;
@@ -294,6 +308,8 @@ async fn serve_connection(
         conn: conn.clone(),
         idle_timeout: first_request_timeout,
     };
+    // Boxed: hyper keeps room for a request's future on every HTTP/1.1 connection, idle ones
+    // too; a box is a pointer there, and its room is taken only while a request runs.
     let alt_svc = setup.alt_svc.clone();
     let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
         let answer = handle(
@@ -301,35 +317,47 @@ async fn serve_connection(
             conn.clone(),
             server.clone(),
         );
-        let alt_svc = alt_svc.clone();
-        async move {
-            let mut response = answer.await?;
-            if let Some(alt_svc) = alt_svc {
+        let handling: Handling = match alt_svc.clone() {
+            None => Box::pin(answer),
+            Some(alt_svc) => Box::pin(async move {
+                let mut response = answer.await?;
                 // The app's own Alt-Svc, if it set one, wins.
                 response
                     .headers_mut()
                     .entry(http::header::ALT_SVC)
                     .or_insert(alt_svc);
-            }
-            Ok::<_, std::convert::Infallible>(response)
-        }
+                Ok(response)
+            }),
+        };
+        handling
     });
-    type BoxError = Box<dyn std::error::Error + Send + Sync>;
-    type Serving<'a> = Pin<Box<dyn Future<Output = Result<(), BoxError>> + Send + 'a>>;
-    let serving: Serving<'_> = if versions.h1 {
-        let connection = setup.builder.serve_connection_with_upgrades(io, service);
+    type Serving<'a> = Pin<Box<dyn Future<Output = Result<(), hyper::Error>> + Send + 'a>>;
+    // hyper times out slow heads only once it knows the protocol: a client that sends less
+    // than tells HTTP/1 from HTTP/2 and goes silent is closed here instead, as is one whose
+    // first request is not in within the keep-alive timeout.
+    let started = tokio::time::Instant::now();
+    let first_request_due = started + first_request_timeout;
+    let (http2, io) = match (versions.h1, versions.h2) {
+        // With HTTP/2 off its preface goes to HTTP/1.1, whose head recorder refuses it.
+        (true, true) => match tokio::time::timeout_at(first_request_due, sniff(io)).await {
+            Ok(Ok(sniffed)) => sniffed,
+            _ => return,
+        },
+        (h1, _) => (!h1, PrefixedIo::new(io)),
+    };
+    let io = TokioIo::new(io);
+    let serving: Serving<'_> = if http2 {
+        // HTTP/2's WebSockets are streams (extended CONNECT): no HTTP/1.1 upgrade to allow.
+        let connection = setup.http2.serve_connection(io, service);
         Box::pin(finish_when.drive(connection, |c| c.graceful_shutdown()))
     } else {
-        // HTTP/2's WebSockets are streams (extended CONNECT): no HTTP/1.1 upgrade to allow.
-        let connection = setup.builder.serve_connection(io, service);
+        let connection = setup.http1.serve_connection(io, service).with_upgrades();
         Box::pin(finish_when.drive(connection, |c| c.graceful_shutdown()))
     };
     tokio::pin!(serving);
-    // hyper times out slow heads only once it knows the protocol, which takes the client's
-    // first 24 bytes: a client that sends fewer and goes silent is closed here instead.
     tokio::select! {
         _ = &mut serving => return,
-        _ = tokio::time::sleep(first_request_timeout) => {
+        _ = tokio::time::sleep_until(first_request_due) => {
             if !heads.first_request_seen() {
                 return;
             }

@@ -111,9 +111,12 @@ impl<S> InflatingStream<S> {
     pub fn new(inner: S, params: Option<&DeflateParams>, max_size: usize) -> Self {
         let inflater = params.map(|params| {
             Box::new(Inflater {
-                // The client's window is at most 15 bits, whatever it agreed to: a 15-bit
-                // window inflates them all.
-                decompress: Decompress::new_with_window_bits(false, 15),
+                // The window the client agreed to, or 15 bits, the most it may use; zlib's
+                // raw inflate takes no less than 9 bits, which inflates an 8-bit stream too.
+                decompress: Decompress::new_with_window_bits(
+                    false,
+                    params.client_max_window_bits.unwrap_or(15).max(9),
+                ),
                 no_context_takeover: params.client_no_context_takeover,
                 max_size,
                 state: ReadState::Header,
@@ -238,9 +241,7 @@ impl Inflater {
         let take = remaining.min(self.input.len() as u64) as usize;
         if take > 0 {
             let mut bytes = self.input.split_to(take);
-            for (at, byte) in bytes.iter_mut().enumerate() {
-                *byte ^= mask[(offset + at) & 3];
-            }
+            unmask(&mut bytes, mask, offset);
             if !message.stream_ended {
                 message.pending.unsplit(bytes);
             }
@@ -325,6 +326,21 @@ impl Message {
     }
 }
 
+/// XORs `bytes`, which start `offset` bytes into a payload, with the payload's `mask`, eight
+/// bytes at a time (byte by byte cost as much as inflating them).
+fn unmask(bytes: &mut [u8], mask: [u8; 4], offset: usize) {
+    let key: [u8; 8] = std::array::from_fn(|at| mask[(offset + at) & 3]);
+    let word_key = u64::from_ne_bytes(key);
+    let mut words = bytes.chunks_exact_mut(8);
+    for word in &mut words {
+        let value = u64::from_ne_bytes((&*word).try_into().expect("eight bytes")) ^ word_key;
+        word.copy_from_slice(&value.to_ne_bytes());
+    }
+    for (byte, key) in words.into_remainder().iter_mut().zip(key) {
+        *byte ^= key;
+    }
+}
+
 /// Queues an unmasked-in-effect frame for tungstenite.
 fn emit(output: &mut BytesMut, opcode: OpCode, is_final: bool, payload: &[u8]) {
     let header = FrameHeader {
@@ -405,5 +421,28 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for InflatingStream<S> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unmask;
+
+    #[test]
+    fn unmasks_word_wise_as_byte_by_byte() {
+        let mask = [0x12, 0x34, 0x56, 0x78];
+        let payload: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+        for offset in 0..4 {
+            for len in [0, 1, 7, 8, 9, 1000 - offset] {
+                let mut bytes = payload[..len].to_vec();
+                unmask(&mut bytes, mask, offset);
+                let expected: Vec<u8> = payload[..len]
+                    .iter()
+                    .enumerate()
+                    .map(|(at, byte)| byte ^ mask[(offset + at) & 3])
+                    .collect();
+                assert_eq!(bytes, expected, "offset {offset}, {len} bytes");
+            }
+        }
     }
 }

@@ -23,6 +23,12 @@ use super::inflating_stream::{CloseWith, InflatingStream};
 
 /// How long the server waits for the client's half of a close handshake it started.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How much tungstenite reads from the socket at a time. It zeroes that much of its buffer
+/// before every read, even one that finds nothing: its default of 128 KiB cost a quarter of
+/// the server's CPU on an echo of 1 KiB messages, and kept 128 KiB resident per socket. At
+/// 4 KiB an idle socket holds less than uvicorn's (18.5 KiB against 19.8; 8 KiB: 22.6); a
+/// larger message grows the buffer while it arrives.
+const READ_BUFFER: usize = 4 * 1024;
 
 /// Sleeps until `at`, or forever if there is no `at`.
 async fn sleep_until_if(at: Option<tokio::time::Instant>) {
@@ -61,6 +67,7 @@ pub async fn run_socket(
         mut outbound_rx,
     } = ends;
     let config = WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
         .max_message_size(Some(max_size))
         .max_frame_size(Some(max_size));
     let io = InflatingStream::new(TokioIo::new(upgraded), deflate.as_ref(), max_size);
