@@ -144,3 +144,14 @@ class HttpServer:
     def max_requests_reached(self) -> bool:
         """Whether ``--limit-max-requests`` requests have been served (a supervisor's worker
         keeps serving then, until its successor does)."""
+
+class H3Server:
+    """HTTP/3 over QUIC beside an ``HttpServer``: the same app, settings, limits and shutdown
+    (see ``ferrule.server``)."""
+
+    def __init__(self, http: HttpServer, tls: TlsFiles) -> None:
+        """Serve what ``http`` serves over HTTP/3 with the certificate of ``tls``. Raises
+        ValueError for TLS material QUIC cannot use."""
+    def serve(self, fd: int) -> NativeFuture[None]:
+        """Serve a bound UDP socket (ownership of ``fd`` passes to the server); the future
+        resolves once ``http`` has been shut down and every QUIC connection is closed."""

@@ -102,6 +102,11 @@ class Config:
         if self.http2 and self.http == "1":
             problem = "HTTP/2 cannot be on with http 1 (HTTP/1.1 only)"
             raise SettingError(BY_NAME["http2"], problem)
+        if self.http3 and not (self.ssl_certfile and self.ssl_keyfile):
+            problem = "HTTP/3 needs TLS: give ssl_certfile and ssl_keyfile"
+            raise SettingError(BY_NAME["http3"], problem)
+        if self.http3 and self.uds:
+            raise SettingError(BY_NAME["http3"], "HTTP/3 is served on UDP, not on a Unix socket")
         self._max_requests: int | None = None
         # Applied now, as uvicorn's Config does: handlers a program or a test then adds to the
         # uvicorn loggers are not swept away when the server starts. A broken one stops the

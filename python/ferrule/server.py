@@ -19,7 +19,7 @@ from typing import Any
 
 from ferrule import tls
 from ferrule._bridge import new_event_loop
-from ferrule._ferrule import Bridge, HttpServer
+from ferrule._ferrule import Bridge, H3Server, HttpServer
 from ferrule._logging import TRACE, configure_logging
 from ferrule.config import (
     STARTUP_FAILURE,
@@ -33,7 +33,13 @@ from ferrule.interface import InterfaceError, wsgi_middleware
 from ferrule.lifespan import Lifespan, LifespanFailure
 from ferrule.message_log import MessageLogger
 from ferrule.metrics import Metrics, MetricsListenError, worker_region
-from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
+from ferrule.sockets import (
+    bound_socket_file,
+    describe,
+    listening_socket,
+    quic_socket,
+    remove_socket_file,
+)
 from ferrule.supervisor import REPLACE_ME, Reloader, Supervisor
 
 logger = logging.getLogger("ferrule.error")
@@ -278,11 +284,29 @@ class Server:
             await self.lifespan.shutdown()
             raise SystemExit(STARTUP_FAILURE) from None
         where = describe(sock, config)
+        quic = None
+        if config.http3 and tls_files is not None and sock.family != socket.AF_UNIX:
+            try:
+                quic = quic_socket(sock)
+                h3 = H3Server(http, tls_files)
+            except (OSError, ValueError) as exc:
+                logger.error("%s", exc)
+                if quic is not None:
+                    quic.close()
+                sock.close()
+                await self.lifespan.shutdown()
+                raise SystemExit(STARTUP_FAILURE) from None
         # The server core serves a duplicate of the socket; this one stays for ``servers``.
         if sock.family == socket.AF_UNIX:
             stopped = http.serve_unix(os.dup(sock.fileno()), config.uds)
         else:
             stopped = http.serve_tcp(os.dup(sock.fileno()))
+        if quic is not None:
+            # Stops with the TCP side (``shutdown`` is shared): done once both are.
+            stopped = asyncio.gather(_until(stopped), _until(h3.serve(quic.detach())))
+            # Each worker says so: its own socket joins the port's SO_REUSEPORT group here.
+            host, port = sock.getsockname()[:2]
+            logger.info("ferrule serving HTTP/3 on udp %s:%d [%d]", host, port, os.getpid())
         self._stopped = asyncio.ensure_future(_until(stopped))
         self.servers = [Listening(sock)]
         if not config.worker:  # a worker's parent said where, once for all (as uvicorn)

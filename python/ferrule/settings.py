@@ -776,6 +776,16 @@ SETTINGS: tuple[Setting, ...] = (
         uvicorn=False,
     ),
     Setting(
+        "http3",
+        "http",
+        False,
+        "Also serve HTTP/3 (QUIC) on UDP at the TLS listener's host and port, with its "
+        "certificate (needs --ssl-certfile and --ssl-keyfile); HTTP/1.1 and HTTP/2 responses "
+        "over TLS then advertise it with Alt-Svc (docs/http3.md).",
+        form="flag",
+        uvicorn=False,
+    ),
+    Setting(
         "metrics",
         "metrics",
         False,

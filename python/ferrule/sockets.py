@@ -45,6 +45,27 @@ def remove_socket_file(config: Config, identity: tuple[int, int] | None) -> None
         pass
 
 
+def quic_socket(tcp: socket.socket) -> socket.socket:
+    """The UDP socket HTTP/3 is served on: at ``tcp``'s address and port. SO_REUSEPORT lets
+    each worker bind its own, and the kernel then hashes each client's address and port to
+    one of them, so a QUIC connection's datagrams all reach the worker that holds its state (a
+    socket bound once and inherited would hand each datagram to whichever worker reads first)."""
+    address = tcp.getsockname()
+    sock = socket.socket(tcp.family, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise OSError(
+            exc.errno,
+            f"error while attempting to bind HTTP/3 on udp {address[0]}:{address[1]}: "
+            f"{exc.strerror.lower() if exc.strerror else exc}",
+        ) from None
+    sock.setblocking(False)
+    return sock
+
+
 def listening_socket(config: Config) -> socket.socket:
     """The socket to serve: inherited (``fd``), a Unix socket, or TCP; bound and listening."""
     if config.fd is not None:

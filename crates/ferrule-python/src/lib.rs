@@ -16,5 +16,6 @@ fn _ferrule(module: &Bound<'_, PyModule>) -> PyResult<()> {
     ferrule::bridge::register(module)?;
     ferrule::asgi::register(module)?;
     ferrule::metrics::register(module)?;
+    ferrule::h3::register(module)?;
     ferrule::http::register(module)
 }

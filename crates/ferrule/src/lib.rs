@@ -9,6 +9,7 @@
 //! ws   -> asgi, bridge
 //! http -> asgi, bridge, metrics, ws (ws::is_upgrade and ws::upgrade, the upgrade
 //!         hand-over)
+//! h3   -> http (its request path, shared), asgi, bridge
 //! ```
 //!
 //! - `bridge` drives coroutines and knows nothing of ASGI;
@@ -17,11 +18,13 @@
 //! - `metrics` keeps the Prometheus counts each worker adds to and the parent encodes;
 //! - `ws` serves WebSockets with `asgi` and `bridge` alone;
 //! - `http` serves HTTP/1.1 and HTTP/2, and hands an upgrade request to `ws::upgrade`, its one
-//!   use of `ws`.
+//!   use of `ws`;
+//! - `h3` serves HTTP/3 over QUIC, handing each request to `http`'s request path.
 //!
 //! No two files of `asgi`, `http` or `ws` import each other, directly or in a circle.
 pub mod asgi;
 pub mod bridge;
+pub mod h3;
 pub mod http;
 pub mod metrics;
 pub mod ws;

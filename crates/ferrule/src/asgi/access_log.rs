@@ -114,6 +114,7 @@ fn http_version(version: Version) -> &'static str {
         Version::HTTP_10 => "1.0",
         Version::HTTP_09 => "0.9",
         Version::HTTP_2 => "2",
+        Version::HTTP_3 => "3",
         _ => "1.1",
     }
 }

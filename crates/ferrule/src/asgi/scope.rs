@@ -104,8 +104,9 @@ pub fn build_scope<'py>(
     let query = parts.uri.query().unwrap_or("").as_bytes();
     scope.set_item(intern!(py, "query_string"), PyBytes::new(py, query))?;
     let mut lines: Vec<(&[u8], &[u8])> = Vec::with_capacity(parts.headers.len() + 1);
-    if parts.version == Version::HTTP_2 && !parts.headers.contains_key(http::header::HOST) {
-        // HTTP/2 carries the host as `:authority`; frameworks look for a `host` header.
+    let authority_version = matches!(parts.version, Version::HTTP_2 | Version::HTTP_3);
+    if authority_version && !parts.headers.contains_key(http::header::HOST) {
+        // HTTP/2 and HTTP/3 carry the host as `:authority`; frameworks look for a `host` header.
         if let Some(authority) = parts.uri.authority() {
             lines.push((b"host", authority.as_str().as_bytes()));
         }
@@ -152,6 +153,7 @@ fn http_version_str(py: Python<'_>, version: Version) -> Bound<'_, PyString> {
         Version::HTTP_10 => intern!(py, "1.0").clone(),
         Version::HTTP_09 => intern!(py, "0.9").clone(),
         Version::HTTP_2 => intern!(py, "2").clone(),
+        Version::HTTP_3 => intern!(py, "3").clone(),
         _ => intern!(py, "1.1").clone(),
     }
 }

@@ -78,6 +78,8 @@ pub struct Settings {
     pub max_requests_stops: bool,
     /// HTTP/2 streams one connection may have open at once.
     pub http2_max_concurrent_streams: u32,
+    /// Whether HTTP/3 is served on UDP beside the TLS listener (and advertised by Alt-Svc).
+    pub http3: bool,
     /// How long shutdown waits for requests in progress before cancelling them; `None`: forever.
     #[pyo3(from_py_with = read::timeout_graceful_shutdown)]
     pub timeout_graceful_shutdown: Option<Duration>,
@@ -303,6 +305,7 @@ settings = dict(
     ws_max_queue=32, ws_ping_interval=20.0, ws_ping_timeout=0, ws_per_message_deflate=True,
     max_requests=None, max_requests_stops=True, timeout_graceful_shutdown=None,
     reset_contextvars=False, http2_max_concurrent_streams=50, log_level_number=20,
+    http3=False,
 )
 settings.update({changes})
 config = types.SimpleNamespace(**settings)

@@ -11,7 +11,6 @@ use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 use http_body::Body;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -26,6 +25,7 @@ use crate::bridge::{NativeFuture, ResumeVia};
 
 use super::body::ResponseBody;
 use super::exchange::{disconnect_message, Exchange, Phase, RequestBody, BODY_CHANNEL_CAPACITY};
+use super::incoming::IncomingBody;
 
 /// How much of a file `http.response.pathsend` reads at a time.
 const PATHSEND_CHUNK: usize = 64 * 1024;
@@ -94,7 +94,7 @@ impl HttpReceive {
 /// Reads the next data frame of the request body and hands it to the waiting `receive()`.
 async fn read_body_chunk(
     exchange: Arc<Exchange>,
-    mut incoming: Incoming,
+    mut incoming: IncomingBody,
     future: Py<NativeFuture>,
 ) {
     // `Ok((data, finished))`; a chunked body is known to be finished only once the frame after
@@ -138,7 +138,7 @@ async fn read_body_chunk(
                     // A malformed body (bad chunk framing) gets 400 if the response has not
                     // started; either way the app hears the client is gone.
                     state.body = RequestBody::Done;
-                    if !err.is_incomplete_message() {
+                    if !err.is_incomplete() {
                         state.refuse(StatusCode::BAD_REQUEST, &exchange.server.settings);
                     }
                     drop(state);

@@ -9,7 +9,7 @@ use super::streams::OpenStreams;
 
 /// One connection as its requests see it: its two ends (the scope's), and what the server
 /// keeps track of on it.
-pub(super) struct Connection {
+pub(crate) struct Connection {
     pub(super) info: ConnInfo,
     /// The request heads recorded as they were read, in the client's order.
     pub(super) heads: Arc<HeadLog>,
@@ -18,7 +18,7 @@ pub(super) struct Connection {
 }
 
 impl Connection {
-    pub(super) fn new(info: ConnInfo) -> Self {
+    pub(crate) fn new(info: ConnInfo) -> Self {
         Self {
             info,
             heads: Arc::default(),

@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
-use hyper::body::Incoming;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -20,6 +19,7 @@ use crate::bridge::{NativeFuture, ResumeVia};
 use crate::metrics::Protocol;
 
 use super::body::{BodyQueue, BodySource, ResponseBody};
+use super::incoming::IncomingBody;
 
 /// Body chunks in flight to hyper, per response: above the drive budget (128 steps), so one
 /// drive can never fill the channel while holding the GIL (invariant I13).
@@ -46,7 +46,7 @@ pub(super) enum Phase {
 }
 
 pub(super) enum RequestBody {
-    Unread(Incoming),
+    Unread(IncomingBody),
     Reading,
     Done,
 }
@@ -111,7 +111,7 @@ impl Exchange {
     pub fn new(
         server: Arc<Server>,
         head_tx: oneshot::Sender<Response<ResponseBody>>,
-        body: Incoming,
+        body: IncomingBody,
         head_request: bool,
         expects_continue: bool,
         started: (Protocol, u64),

@@ -9,6 +9,7 @@
 //! - `heads`: the raw request heads, recorded as hyper reads them (header order, framing);
 //! - `exchange`: `Exchange`, what hyper's side and the app's side share for one request;
 //! - `callables`: the ASGI `receive` / `send` callables (`HttpReceive`, `HttpSend`);
+//! - `incoming`: `IncomingBody`, a request body from hyper or from an HTTP/3 stream;
 //! - `body`: `ResponseBody`, the response body hyper polls (fed through `BodySource`);
 //! - `tls`: rustls, certificates and ALPN;
 //! - `app_done`: what happens when the app's coroutine finishes;
@@ -23,6 +24,7 @@ mod callables;
 mod connection;
 mod exchange;
 mod heads;
+mod incoming;
 mod listener;
 mod preface;
 mod request;
@@ -34,6 +36,14 @@ mod tls;
 use pyo3::prelude::*;
 
 pub use self::server::HttpServer;
+
+// What HTTP/3 shares: the request path, the response body, TLS files, the graceful drain.
+pub(crate) use self::connection::Connection;
+pub(crate) use self::incoming::{BoxError, IncomingBody};
+pub(crate) use self::request::handle;
+pub(crate) use self::server::StoppedSignal;
+pub(crate) use self::serving::{cancel_running, drain_within};
+pub(crate) use self::tls::TlsFiles;
 
 /// Registers the server's classes on `module`.
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {

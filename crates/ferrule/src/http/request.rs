@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use http::header::CONTENT_LENGTH;
 use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
 use pyo3::prelude::*;
 use tokio::sync::oneshot;
 
@@ -28,6 +27,7 @@ use super::body::ResponseBody;
 use super::callables::{HttpReceive, HttpSend};
 use super::connection::Connection;
 use super::exchange::Exchange;
+use super::incoming::IncomingBody;
 
 /// Tells the app the client is gone if hyper drops the request before the response head.
 struct DisconnectOnDrop(Option<Arc<Exchange>>);
@@ -40,10 +40,10 @@ impl Drop for DisconnectOnDrop {
     }
 }
 
-/// hyper's service: one request, from its head to the response's head (a streamed body goes on
-/// after).
-pub(super) async fn handle(
-    request: Request<Incoming>,
+/// One request, from its head to the response's head (a streamed body goes on after): hyper's
+/// service, and what an HTTP/3 stream is handed to.
+pub(crate) async fn handle(
+    request: Request<IncomingBody>,
     conn: Arc<Connection>,
     server: Arc<Server>,
 ) -> Result<Response<ResponseBody>, Infallible> {
@@ -53,10 +53,10 @@ pub(super) async fn handle(
     } else {
         server.bridge.trace.mark()
     };
-    let protocol = if request.version() == http::Version::HTTP_2 {
-        Protocol::H2
-    } else {
-        Protocol::Http1
+    let protocol = match request.version() {
+        http::Version::HTTP_2 => Protocol::H2,
+        http::Version::HTTP_3 => Protocol::H3,
+        _ => Protocol::Http1,
     };
     let counted = |response| answered(&server, protocol, received, response);
     // Taken first, whatever happens to the request, to stay in step with hyper's order.
@@ -90,6 +90,15 @@ pub(super) async fn handle(
         return Ok(counted(answer));
     }
     if settings.websockets && ws::is_upgrade(&request) {
+        // An upgrade is HTTP/1.1's or HTTP/2's (`is_upgrade`): hyper's body, always.
+        let (parts, IncomingBody::Hyper(body)) = request.into_parts() else {
+            state.request_finished();
+            return Ok(counted(plain_response(
+                StatusCode::NOT_IMPLEMENTED,
+                settings,
+            )));
+        };
+        let request = Request::from_parts(parts, body);
         let answer = ws::upgrade(request, raw_head, &conn.info, server.clone()).await;
         let answer = answered(&server, Protocol::Ws, received, answer);
         return Ok(answer.map(ResponseBody::full));
@@ -189,7 +198,11 @@ fn answered<B>(
 /// can be handed (`unservable`), or a declared body over `limit_request_body` (hyper has
 /// already rejected malformed Content-Lengths). A `recorded` head's framing was checked
 /// already, on the raw lines (`RawHead::ambiguous`).
-fn refusal(request: &Request<Incoming>, recorded: bool, settings: &Settings) -> Option<StatusCode> {
+fn refusal(
+    request: &Request<IncomingBody>,
+    recorded: bool,
+    settings: &Settings,
+) -> Option<StatusCode> {
     if let Some(status) = unservable(request, settings.websockets) {
         return Some(status);
     }
@@ -225,7 +238,7 @@ fn refusal(request: &Request<Incoming>, recorded: bool, settings: &Settings) -> 
 ///   uvicorn's default parser (httptools) serves it: RFC 9112 says refuse it, but clients that
 ///   omit it exist (a wrk script formatting requests before wrk knows the host) and work with
 ///   uvicorn.
-fn unservable(request: &Request<Incoming>, websockets: bool) -> Option<StatusCode> {
+fn unservable(request: &Request<IncomingBody>, websockets: bool) -> Option<StatusCode> {
     if request.method() == http::Method::CONNECT && !(websockets && ws::is_upgrade(request)) {
         return Some(StatusCode::NOT_IMPLEMENTED);
     }

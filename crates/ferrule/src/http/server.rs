@@ -112,6 +112,11 @@ impl HttpServer {
 }
 
 impl HttpServer {
+    /// The server its requests are served by (HTTP/3 serves the same one).
+    pub(crate) fn server(&self) -> &Arc<Server> {
+        &self.server
+    }
+
     fn start(
         &self,
         py: Python<'_>,
@@ -145,10 +150,10 @@ impl HttpServer {
 
 /// Resolves the "server stopped" future once: with the outcome, or with an error if the server
 /// task ended another way (a panic), so Python never waits forever on it.
-struct StoppedSignal(Option<Py<NativeFuture>>);
+pub(crate) struct StoppedSignal(pub(crate) Option<Py<NativeFuture>>);
 
 impl StoppedSignal {
-    fn resolve(&mut self, outcome: Result<(), String>) {
+    pub(crate) fn resolve(&mut self, outcome: Result<(), String>) {
         let Some(future) = self.0.take() else { return };
         Python::attach(|py| {
             let result = outcome

@@ -25,6 +25,7 @@ use crate::asgi::settings::Settings;
 use super::body::ResponseBody;
 use super::connection::Connection;
 use super::heads::{Recorder, RecordingIo};
+use super::incoming::IncomingBody;
 use super::listener::{accept, IoStream, Listener};
 use super::preface::{sniff, PrefixedIo};
 use super::request::handle;
@@ -35,6 +36,8 @@ struct ConnectionSetup {
     http1: http1::Builder,
     http2: http2::Builder<TokioExecutor>,
     tls: Option<TlsAcceptor>,
+    /// `h3=":PORT"`, added to every response over TLS when HTTP/3 is served beside it.
+    alt_svc: Option<http::HeaderValue>,
 }
 
 /// Accepts connections until the server is asked to stop, then drains them: each finishes
@@ -50,10 +53,18 @@ pub(super) async fn accept_loop(
     let (stopping, _) = watch::channel(false);
     let (abort_tx, abort_rx) = watch::channel(false);
     let tls_on = tls.is_some();
+    let alt_svc = match (&listener, tls_on && server.settings.http3) {
+        (Listener::Tcp(tcp), true) => tcp
+            .local_addr()
+            .ok()
+            .and_then(|addr| http::HeaderValue::try_from(format!("h3=\":{}\"", addr.port())).ok()),
+        _ => None,
+    };
     let setup = Arc::new(ConnectionSetup {
         http1: http1_builder(&server.settings),
         http2: http2_builder(&server.settings),
         tls,
+        alt_svc,
     });
     let publisher = server.metrics.is_some().then(|| {
         let server = server.clone();
@@ -107,25 +118,30 @@ pub(super) async fn accept_loop(
         let _ = ws_sessions.wait_for(|open| *open == 0).await;
     };
     if !drain_within(drain, &mut stop).await {
-        Python::attach(|py| {
-            let running = server.state.in_flight();
-            if running > 0 {
-                let line =
-                    format!("Cancel {running} running task(s), timeout graceful shutdown exceeded");
-                let _ = server
-                    .py
-                    .error_logger
-                    .bind(py)
-                    .call_method1(pyo3::intern!(py, "error"), (line,));
-            }
-            server.bridge.cancel_all(py);
-        });
+        cancel_running(&server);
         let _ = abort_tx.send(true);
     }
     if let Some(publisher) = publisher {
         publisher.abort();
     }
     publish_metrics(&server);
+}
+
+/// The graceful timeout has passed: every app coroutine still running is cancelled, and said so.
+pub(crate) fn cancel_running(server: &Server) {
+    Python::attach(|py| {
+        let running = server.state.in_flight();
+        if running > 0 {
+            let line =
+                format!("Cancel {running} running task(s), timeout graceful shutdown exceeded");
+            let _ = server
+                .py
+                .error_logger
+                .bind(py)
+                .call_method1(pyo3::intern!(py, "error"), (line,));
+        }
+        server.bridge.cancel_all(py);
+    });
 }
 
 /// How often a worker copies its bridge counters, GIL-wait trace and WebSocket gauge into its
@@ -161,7 +177,10 @@ impl Drop for OpenConnection {
 
 /// Runs `drain` until it ends (true) or the graceful timeout passes (false). A later, shorter
 /// timeout (a second Ctrl-C: `shutdown(0)`) cuts the wait short; a longer one never extends it.
-async fn drain_within(drain: impl Future<Output = ()>, stop: &mut watch::Receiver<Stop>) -> bool {
+pub(crate) async fn drain_within(
+    drain: impl Future<Output = ()>,
+    stop: &mut watch::Receiver<Stop>,
+) -> bool {
     let started = tokio::time::Instant::now();
     let deadline_of = |stop: &Stop| stop.flatten().map(|timeout| started + timeout);
     let mut deadline = deadline_of(&stop.borrow_and_update());
@@ -291,8 +310,25 @@ async fn serve_connection(
     };
     // Boxed: hyper keeps room for a request's future on every HTTP/1.1 connection, idle ones
     // too; a box is a pointer there, and its room is taken only while a request runs.
-    let service = service_fn(move |request| {
-        let handling: Handling = Box::pin(handle(request, conn.clone(), server.clone()));
+    let alt_svc = setup.alt_svc.clone();
+    let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+        let answer = handle(
+            request.map(IncomingBody::Hyper),
+            conn.clone(),
+            server.clone(),
+        );
+        let handling: Handling = match alt_svc.clone() {
+            None => Box::pin(answer),
+            Some(alt_svc) => Box::pin(async move {
+                let mut response = answer.await?;
+                // The app's own Alt-Svc, if it set one, wins.
+                response
+                    .headers_mut()
+                    .entry(http::header::ALT_SVC)
+                    .or_insert(alt_svc);
+                Ok(response)
+            }),
+        };
         handling
     });
     type Serving<'a> = Pin<Box<dyn Future<Output = Result<(), hyper::Error>> + Send + 'a>>;

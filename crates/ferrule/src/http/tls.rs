@@ -28,13 +28,27 @@ pub struct TlsFiles<'py> {
 impl TlsFiles<'_> {
     /// The acceptor for these files, offering `versions` by ALPN.
     pub fn acceptor(&self, versions: HttpVersions) -> PyResult<TlsAcceptor> {
-        acceptor(
+        let mut alpn = Vec::new();
+        if versions.h2 {
+            alpn.push(b"h2".to_vec());
+        }
+        if versions.h1 {
+            alpn.push(b"http/1.1".to_vec());
+        }
+        Ok(TlsAcceptor::from(Arc::new(self.server_config(alpn)?)))
+    }
+
+    /// rustls' settings for these files, offering the `alpn` protocols (QUIC's TLS takes these
+    /// with `h3`).
+    pub fn server_config(&self, alpn: Vec<Vec<u8>>) -> PyResult<ServerConfig> {
+        let mut config = server_config(
             self.cert.as_bytes(),
             self.key.as_bytes(),
             self.ca_certs.as_ref().map(|ca| ca.as_bytes()),
             ClientCerts::from_ssl_constant(self.cert_reqs)?,
-            versions,
-        )
+        )?;
+        config.alpn_protocols = alpn;
+        Ok(config)
     }
 }
 
@@ -61,15 +75,14 @@ fn bad(what: &str, err: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(format!("{what}: {err}"))
 }
 
-/// The acceptor for `cert_chain` / `key` (PEM), verifying clients against `ca_certs` (PEM) as
-/// `client_certs` says.
-fn acceptor(
+/// rustls' settings for `cert_chain` / `key` (PEM), verifying clients against `ca_certs` (PEM)
+/// as `client_certs` says.
+fn server_config(
     cert_chain: &[u8],
     key: &[u8],
     ca_certs: Option<&[u8]>,
     client_certs: ClientCerts,
-    versions: HttpVersions,
-) -> PyResult<TlsAcceptor> {
+) -> PyResult<ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs = CertificateDer::pem_slice_iter(cert_chain)
         .collect::<Result<Vec<_>, _>>()
@@ -111,15 +124,7 @@ fn acceptor(
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let mut config = builder
+    builder
         .with_single_cert(certs, key)
-        .map_err(|err| bad("the certificate and key do not make a TLS identity", err))?;
-    config.alpn_protocols = Vec::new();
-    if versions.h2 {
-        config.alpn_protocols.push(b"h2".to_vec());
-    }
-    if versions.h1 {
-        config.alpn_protocols.push(b"http/1.1".to_vec());
-    }
-    Ok(TlsAcceptor::from(Arc::new(config)))
+        .map_err(|err| bad("the certificate and key do not make a TLS identity", err))
 }

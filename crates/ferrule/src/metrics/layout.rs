@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::bridge::Counters;
 
 /// The `protocol` label of `ferrule_requests_total`, by `Protocol`.
-pub const PROTOCOLS: [&str; 3] = ["http/1.1", "h2", "ws"];
+pub const PROTOCOLS: [&str; 4] = ["http/1.1", "h2", "ws", "h3"];
 
 /// What a request came over. HTTP/1.0 counts as `http/1.1`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,6 +14,7 @@ pub enum Protocol {
     Http1 = 0,
     H2 = 1,
     Ws = 2,
+    H3 = 3,
 }
 
 /// The `status` label, by the status code's first digit minus one.

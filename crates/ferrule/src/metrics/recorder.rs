@@ -47,7 +47,7 @@ impl WorkerMetrics {
         let words = self.words();
         let index = REQUESTS + protocol as usize * STATUS_CLASSES.len() + class - 1;
         words[index].fetch_add(1, Ordering::Relaxed);
-        if let (Some(nanos), Protocol::Http1 | Protocol::H2) = (nanos, protocol) {
+        if let (Some(nanos), Protocol::Http1 | Protocol::H2 | Protocol::H3) = (nanos, protocol) {
             let base = DURATION + protocol as usize * DURATION_WORDS;
             observe(words, base, &DURATION_BOUNDS_NS, nanos);
         }

@@ -31,7 +31,7 @@ use super::socket::run_socket;
 
 /// Whether `request` asks to become a WebSocket: an HTTP/1.1 upgrade (RFC 6455, 4.1) or an
 /// HTTP/2 extended CONNECT with `:protocol websocket` (RFC 8441, 4).
-pub fn is_upgrade(request: &Request<Incoming>) -> bool {
+pub fn is_upgrade<B>(request: &Request<B>) -> bool {
     if request.version() == Version::HTTP_2 {
         return is_extended_connect(request);
     }
@@ -48,7 +48,7 @@ pub fn is_upgrade(request: &Request<Incoming>) -> bool {
 }
 
 /// Whether `request` is an HTTP/2 extended CONNECT for a WebSocket (RFC 8441, 4).
-fn is_extended_connect(request: &Request<Incoming>) -> bool {
+fn is_extended_connect<B>(request: &Request<B>) -> bool {
     request.method() == Method::CONNECT
         && request
             .extensions()
