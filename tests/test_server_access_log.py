@@ -121,7 +121,8 @@ def test_duration_atoms(server: ServerProcess) -> None:
     M written in microseconds)."""
     found = atoms(server, params={"sleep": "0.3"})
     micros = int(found["D"])
-    assert micros >= 300_000, found
+    # asyncio may end a sleep up to its clock's resolution early (seen: 299,882 us).
+    assert micros >= 290_000, found
     assert int(found["M"]) == micros // 1000, found
     assert int(found["T"]) == micros // 1_000_000, found
     assert found["L"] == f"{micros // 1_000_000}.{micros % 1_000_000:06d}", found
