@@ -6,8 +6,8 @@ with ferrule's own HTTP/2 over TLS beside it, in one run.
     python3 benches/h3_bench.py --ferrule-path DIR   # ferrule imported from DIR (a release
                                                      # wheel unpacked with pip --target)
 
-The load generator is `h3load` (benches/h3load, quinn + h3, built with
-`cargo build --release -p h3load`; a closed loop as h2load's: `-c10 -m10`, 10 connections of 10
+The load generator is `ferrule-h3load` (crates/ferrule-h3load, quinn + h3, built with
+`cargo build --release -p ferrule-h3load`; a closed loop as h2load's: `-c10 -m10`, 10 connections of 10
 requests in flight each). HTTP/2 is h2load's (`-c10 -m10`, TLS with ALPN h2). Each server is
 pinned to CPU 0 and the client to CPU 1; the servers take turns within each repeat. Besides
 requests/s (medians), the server's CPU time per request (user + system, from /proc, over the
@@ -32,7 +32,7 @@ from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
-H3LOAD = ROOT / "target" / "release" / "h3load"
+H3LOAD = ROOT / "target" / "release" / "ferrule-h3load"
 SERVER_CPU, CLIENT_CPU = "0", "1"
 CLIENTS, STREAMS = 10, 10
 
@@ -158,7 +158,7 @@ def main() -> int:
     parser.add_argument("--ferrule-path", help="import ferrule from this directory")
     args = parser.parse_args()
     if not H3LOAD.exists():
-        sys.exit(f"{H3LOAD} not found: cargo build --release -p h3load")
+        sys.exit(f"{H3LOAD} not found: cargo build --release -p ferrule-h3load")
     if shutil.which("h2load") is None:
         sys.exit("h2load not found (apt-get install nghttp2-client)")
     sys.path.insert(0, str(ROOT / "tests"))
