@@ -7,9 +7,10 @@ with ferrule's own HTTP/2 over TLS beside it, in one run.
                                                      # wheel unpacked with pip --target)
 
 The load generator is `ferrule-h3load` (crates/ferrule-h3load, quinn + h3, built with
-`cargo build --release -p ferrule-h3load`; a closed loop as h2load's: `-c10 -m10`, 10 connections of 10
-requests in flight each). HTTP/2 is h2load's (`-c10 -m10`, TLS with ALPN h2). Each server is
-pinned to CPU 0 and the client to CPU 1; the servers take turns within each repeat. Besides
+`cargo build --release -p ferrule-h3load`; a closed loop as h2load's: `-c10 -m10`, 10
+connections of 10 requests in flight each). HTTP/2 is h2load's (`-c10 -m10`, TLS with ALPN
+h2). Each server is pinned to CPU 0 and the client to CPU 1; the servers take turns within each
+repeat. Besides
 requests/s (medians), the server's CPU time per request (user + system, from /proc, over the
 measured seconds) is given: steadier than requests/s on a noisy machine. A Markdown table lands
 in benches/results/h3-<timestamp>.md.
