@@ -381,6 +381,10 @@ class Server:
         try:
             await self._shut_down(sockets)
         finally:
+            # The core's threads stop here, not when the interpreter exits: embedding code that
+            # calls startup() and shutdown() itself never reaches serve()'s own close, and a
+            # tokio thread still running at finalisation crashed the process now and then.
+            self._close()
             self._shutdown_done.set_result(None)
 
     async def _shut_down(self, sockets: list[socket.socket] | None) -> None:
