@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import harness
+
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 H3LOAD = ROOT / "target" / "release" / "ferrule-h3load"
@@ -64,26 +66,6 @@ def servers(port: int, certs: Path) -> list[Server]:
 
 def port_of(server: Server, port: int) -> int:
     return port + 1 if server.name.startswith("hypercorn") else port
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of `pid` and every live process under it (hypercorn serves
-    from a child process)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    stats = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
-            except OSError:
-                continue
-            stats[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
-    total, tree = 0, {pid}
-    for _ in range(4):  # a few generations deep is plenty
-        tree |= {child for child, (parent, _) in stats.items() if parent in tree}
-    for member in tree:
-        total += stats.get(member, (0, 0))[1]
-    return total / ticks
 
 
 def h3load(port: int, certs: Path, seconds: float, warmup: float) -> dict:
@@ -182,13 +164,13 @@ def main() -> int:
             for server in runs:
                 pid = procs[server.name].pid
                 port = port_of(server, args.port)
-                before = cpu_seconds(pid)
+                before = harness.group_cpu_seconds(pid)
                 if server.protocol == "h3":
                     result = h3load(port, tmp, args.duration, args.warmup)
                 else:
                     result = h2load(port, args.duration, args.warmup)
                 # The server's CPU over the whole run, warm-up included: per request of it.
-                cpu = cpu_seconds(pid) - before
+                cpu = harness.group_cpu_seconds(pid) - before
                 total = result["requests"] * (1 + args.warmup / args.duration)
                 result["server_cpu_us"] = 1e6 * cpu / total if total else float("nan")
                 results.setdefault((server.name, server.protocol), []).append(result)

@@ -110,22 +110,6 @@ MODULES = {"uvicorn": "uvicorn", "granian": "granian", "hypercorn": "hypercorn"}
 SCENARIOS = {"echo": None, "broadcast-16": 16, "broadcast-64": 64}
 
 
-def group_cpu_seconds(pgid: int) -> float:
-    """User + system CPU time of every process in group `pgid` (a server and its workers)."""
-    ticks = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == pgid:
-            ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
 @dataclass
 class Window:
     messages_per_s: float
@@ -176,9 +160,9 @@ async def run_window(
         for task in tasks:
             if task.done():
                 task.result()  # raises what stopped a client
-        start, cpu_start, t_start = count[0], group_cpu_seconds(pgid), time.monotonic()
+        start, cpu_start, t_start = count[0], harness.group_cpu_seconds(pgid), time.monotonic()
         await asyncio.sleep(duration)
-        end, cpu_end, t_end = count[0], group_cpu_seconds(pgid), time.monotonic()
+        end, cpu_end, t_end = count[0], harness.group_cpu_seconds(pgid), time.monotonic()
     finally:
         for task in tasks:
             task.cancel()
@@ -217,7 +201,7 @@ def native_window(
         for line in proc.stdout:
             event = json.loads(line)
             events[event["event"]] = event
-            cpu[event["event"]] = group_cpu_seconds(pgid)
+            cpu[event["event"]] = harness.group_cpu_seconds(pgid)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
