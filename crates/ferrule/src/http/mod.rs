@@ -7,6 +7,7 @@
 //! - `request`: one request, from the checks before the app to the app's coroutine;
 //! - `streams`: `OpenStreams`, the HTTP/2 streams in progress on a connection;
 //! - `heads`: the raw request heads, recorded as hyper reads them (header order, framing);
+//! - `recording_io`: `RecordingIo`, the socket as hyper reads it, through the head recorder;
 //! - `exchange`: `Exchange`, what hyper's side and the app's side share for one request;
 //! - `callables`: the ASGI `receive` / `send` callables (`HttpReceive`, `HttpSend`);
 //! - `incoming`: `IncomingBody`, a request body from hyper or from an HTTP/3 stream;
@@ -27,6 +28,7 @@ mod heads;
 mod incoming;
 mod listener;
 mod preface;
+mod recording_io;
 mod request;
 mod server;
 mod serving;

@@ -24,10 +24,11 @@ use crate::asgi::settings::Settings;
 
 use super::body::ResponseBody;
 use super::connection::Connection;
-use super::heads::{Recorder, RecordingIo};
+use super::heads::Recorder;
 use super::incoming::IncomingBody;
 use super::listener::{accept, IoStream, Listener};
 use super::preface::{sniff, PrefixedIo};
+use super::recording_io::RecordingIo;
 use super::request::handle;
 
 /// How every connection of one server is served: hyper's settings for each version, and TLS
