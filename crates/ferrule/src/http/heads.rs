@@ -62,7 +62,7 @@ impl HeadLog {
 }
 
 /// How an HTTP/2 connection with prior knowledge starts (RFC 9113, 3.4).
-const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(super) const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Where the recorder is in the inbound byte stream.
 enum Position {

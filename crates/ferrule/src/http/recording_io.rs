@@ -1,24 +1,91 @@
 //! `RecordingIo`: the connection's socket as hyper reads it, with a [`Recorder`] following
-//! every request head on the way (see `heads`).
+//! every request head on the way (see `heads`), and the client's first bytes, read to tell
+//! HTTP/1.1 from HTTP/2, held back for hyper's first read.
+//!
+//! Held-back bytes are handed on together with whatever has arrived behind them, in one read:
+//! handed back alone, hyper would find the head incomplete and double its 8 KiB read buffer to
+//! 16 KiB, which every idle keep-alive connection would keep.
 
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::heads::Recorder;
+use super::heads::{Recorder, HTTP2_PREFACE};
 
 /// A connection's stream with a [`Recorder`] watching what hyper reads from it.
 pub struct RecordingIo<T> {
     inner: T,
     recorder: Recorder,
+    /// The bytes read by `starts_with_http2_preface`; `held[start..end]` are not handed on yet.
+    held: [u8; HTTP2_PREFACE.len()],
+    start: u8,
+    end: u8,
 }
 
 impl<T> RecordingIo<T> {
     pub fn new(inner: T, recorder: Recorder) -> Self {
-        Self { inner, recorder }
+        Self {
+            inner,
+            recorder,
+            held: [0; HTTP2_PREFACE.len()],
+            start: 0,
+            end: 0,
+        }
     }
+}
+
+impl<T: AsyncRead + Unpin> RecordingIo<T> {
+    /// Reads until the client's first bytes match the HTTP/2 preface whole (`true`) or differ
+    /// from it (`false`), and holds them for hyper. A client that closes first is taken for
+    /// HTTP/1.1, which then sees the end of its stream as hyper would.
+    pub async fn starts_with_http2_preface(&mut self) -> io::Result<bool> {
+        loop {
+            let filled = usize::from(self.end);
+            let read = std::future::poll_fn(|cx| {
+                let mut buf = ReadBuf::new(&mut self.held[filled..]);
+                ready!(read_recorded(
+                    &mut self.inner,
+                    &mut self.recorder,
+                    cx,
+                    &mut buf
+                ))?;
+                Poll::Ready(Ok::<_, io::Error>(buf.filled().len()))
+            })
+            .await?;
+            if read == 0 {
+                return Ok(false);
+            }
+            let seen = filled + read;
+            self.end = seen as u8;
+            if self.held[filled..seen] != HTTP2_PREFACE[filled..seen] {
+                return Ok(false);
+            }
+            if seen == HTTP2_PREFACE.len() {
+                return Ok(true);
+            }
+        }
+    }
+}
+
+/// Reads from `inner` into `buf` and shows the recorder what came.
+fn read_recorded<T: AsyncRead + Unpin>(
+    inner: &mut T,
+    recorder: &mut Recorder,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+) -> Poll<io::Result<()>> {
+    let before = buf.filled().len();
+    ready!(Pin::new(inner).poll_read(cx, buf))?;
+    recorder.feed(&buf.filled()[before..]);
+    if recorder.refused() {
+        return Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "HTTP/2 is turned off (--http 1)",
+        )));
+    }
+    Poll::Ready(Ok(()))
 }
 
 // Each read and write also lets a busy tokio worker send the loop wakes it holds once they are
@@ -31,18 +98,19 @@ impl<T: AsyncRead + Unpin> AsyncRead for RecordingIo<T> {
     ) -> Poll<io::Result<()>> {
         crate::bridge::waker::send_held_wakes_if_due();
         let this = self.get_mut();
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = polled {
-            this.recorder.feed(&buf.filled()[before..]);
-            if this.recorder.refused() {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "HTTP/2 is turned off (--http 1)",
-                )));
-            }
+        if this.start == this.end {
+            return read_recorded(&mut this.inner, &mut this.recorder, cx, buf);
         }
-        polled
+        let (start, end) = (usize::from(this.start), usize::from(this.end));
+        let n = (end - start).min(buf.remaining());
+        buf.put_slice(&this.held[start..start + n]);
+        this.start += n as u8;
+        if this.start == this.end && buf.remaining() > 0 {
+            // Whatever else has arrived joins the held bytes in this read. Pending or an error
+            // is left for the next read to meet: the held bytes alone are a good answer now.
+            let _ = read_recorded(&mut this.inner, &mut this.recorder, cx, buf);
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -75,5 +143,83 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for RecordingIo<T> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::io::AsyncReadExt;
+
+    use super::super::heads::HeadLog;
+    use super::*;
+
+    /// A reader that yields `chunks` one read at a time.
+    struct ChunkReader(Vec<Vec<u8>>);
+
+    impl ChunkReader {
+        fn new(chunks: &[&[u8]]) -> Self {
+            Self(chunks.iter().map(|c| c.to_vec()).rev().collect())
+        }
+    }
+
+    impl AsyncRead for ChunkReader {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            if let Some(chunk) = self.get_mut().0.pop() {
+                buf.put_slice(&chunk);
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn recording(chunks: &[&[u8]]) -> (RecordingIo<ChunkReader>, Arc<HeadLog>) {
+        let log = Arc::new(HeadLog::default());
+        let recorder = Recorder::new(log.clone(), 64 * 1024);
+        (RecordingIo::new(ChunkReader::new(chunks), recorder), log)
+    }
+
+    async fn sniffed(chunks: &[&[u8]]) -> (bool, Vec<u8>) {
+        let (mut io, _) = recording(chunks);
+        let http2 = io.starts_with_http2_preface().await.unwrap();
+        let mut all = Vec::new();
+        io.read_to_end(&mut all).await.unwrap();
+        (http2, all)
+    }
+
+    #[tokio::test]
+    async fn http1_is_told_at_the_first_difference_and_nothing_is_lost() {
+        let (http2, all) = sniffed(&[b"P", b"OST / HTTP/1.1\r\n\r\n"]).await;
+        assert!(!http2);
+        assert_eq!(all, b"POST / HTTP/1.1\r\n\r\n");
+    }
+
+    #[tokio::test]
+    async fn the_http2_preface_split_anywhere_is_http2() {
+        let (http2, all) = sniffed(&[&HTTP2_PREFACE[..5], &HTTP2_PREFACE[5..], b"frames"]).await;
+        assert!(http2);
+        assert_eq!(all, [HTTP2_PREFACE, b"frames"].concat());
+    }
+
+    #[tokio::test]
+    async fn the_rest_of_the_head_joins_the_held_bytes_in_one_read_and_is_recorded_once() {
+        let (mut io, log) = recording(&[b"GET / HTTP/1.1\r\n", b"Host: x\r\n\r\n"]);
+        assert!(!io.starts_with_http2_preface().await.unwrap());
+        let mut buf = [0u8; 64];
+        let n = io.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(log.take().is_some());
+        assert!(log.take().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_client_that_closes_at_once_is_http1_with_nothing() {
+        let (http2, all) = sniffed(&[]).await;
+        assert!(!http2);
+        assert!(all.is_empty());
     }
 }

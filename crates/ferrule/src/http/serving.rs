@@ -27,7 +27,6 @@ use super::connection::Connection;
 use super::heads::Recorder;
 use super::incoming::IncomingBody;
 use super::listener::{accept, IoStream, Listener};
-use super::preface::{sniff, PrefixedIo};
 use super::recording_io::RecordingIo;
 use super::request::handle;
 
@@ -300,7 +299,7 @@ async fn serve_connection(
     if !settings.http.h2 {
         recorder = recorder.refusing_http2();
     }
-    let io = RecordingIo::new(stream, recorder);
+    let mut io = RecordingIo::new(stream, recorder);
     let heads = conn.heads.clone();
     let first_request_timeout = settings.header_read_timeout();
     let versions = settings.http;
@@ -338,13 +337,16 @@ async fn serve_connection(
     // first request is not in within the keep-alive timeout.
     let started = tokio::time::Instant::now();
     let first_request_due = started + first_request_timeout;
-    let (http2, io) = match (versions.h1, versions.h2) {
+    let http2 = match (versions.h1, versions.h2) {
         // With HTTP/2 off its preface goes to HTTP/1.1, whose head recorder refuses it.
-        (true, true) => match tokio::time::timeout_at(first_request_due, sniff(io)).await {
-            Ok(Ok(sniffed)) => sniffed,
-            _ => return,
-        },
-        (h1, _) => (!h1, PrefixedIo::new(io)),
+        (true, true) => {
+            let told = io.starts_with_http2_preface();
+            match tokio::time::timeout_at(first_request_due, told).await {
+                Ok(Ok(http2)) => http2,
+                _ => return,
+            }
+        }
+        (h1, _) => !h1,
     };
     let io = TokioIo::new(io);
     let serving: Serving<'_> = if http2 {
