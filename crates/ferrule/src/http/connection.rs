@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use http::HeaderValue;
+
 use crate::asgi::conn::ConnInfo;
 
 use super::heads::HeadLog;
@@ -15,6 +17,8 @@ pub(crate) struct Connection {
     pub(super) heads: Arc<HeadLog>,
     /// Its HTTP/2 streams in progress, for the idle timeout.
     pub(super) streams: Arc<OpenStreams>,
+    /// `h3=":PORT"`, added to every response over TLS when HTTP/3 is served beside it.
+    pub(super) alt_svc: Option<HeaderValue>,
 }
 
 impl Connection {
@@ -23,6 +27,13 @@ impl Connection {
             info,
             heads: Arc::default(),
             streams: Arc::default(),
+            alt_svc: None,
         }
+    }
+
+    /// The connection, announcing HTTP/3 with `alt_svc` on every response.
+    pub(crate) fn announcing(mut self, alt_svc: Option<HeaderValue>) -> Self {
+        self.alt_svc = alt_svc;
+        self
     }
 }

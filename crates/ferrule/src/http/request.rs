@@ -47,6 +47,21 @@ pub(crate) async fn handle(
     conn: Arc<Connection>,
     server: Arc<Server>,
 ) -> Result<Response<ResponseBody>, Infallible> {
+    let alt_svc = conn.alt_svc.clone();
+    let Ok(mut response) = respond(request, conn, server).await;
+    if let Some(alt_svc) = alt_svc {
+        // The app's own Alt-Svc, if it set one, wins.
+        let headers = response.headers_mut();
+        headers.entry(http::header::ALT_SVC).or_insert(alt_svc);
+    }
+    Ok(response)
+}
+
+async fn respond(
+    request: Request<IncomingBody>,
+    conn: Arc<Connection>,
+    server: Arc<Server>,
+) -> Result<Response<ResponseBody>, Infallible> {
     // The metrics time every request; the trace alone marks only when it is on.
     let received = if server.metrics.is_some() {
         trace::now_mark()

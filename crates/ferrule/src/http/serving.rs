@@ -1,7 +1,6 @@
 //! The accept loop and each connection it serves: the TLS handshake, hyper's connection
 //! settings, and when a connection is asked to finish.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -10,7 +9,6 @@ use std::time::Duration;
 
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper::Response;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use pyo3::prelude::*;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -22,7 +20,6 @@ use crate::asgi::logging::{log_line, TRACE};
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
 
-use super::body::ResponseBody;
 use super::connection::Connection;
 use super::heads::Recorder;
 use super::incoming::IncomingBody;
@@ -36,7 +33,7 @@ struct ConnectionSetup {
     http1: http1::Builder,
     http2: http2::Builder<TokioExecutor>,
     tls: Option<TlsAcceptor>,
-    /// `h3=":PORT"`, added to every response over TLS when HTTP/3 is served beside it.
+    /// `h3=":PORT"`, for every connection's responses when HTTP/3 is served beside TLS.
     alt_svc: Option<http::HeaderValue>,
 }
 
@@ -93,7 +90,7 @@ pub(super) async fn accept_loop(
         };
         let served = serve_connection(
             stream,
-            Arc::new(Connection::new(conn)),
+            Arc::new(Connection::new(conn).announcing(setup.alt_svc.clone())),
             server.clone(),
             setup.clone(),
             stopping.subscribe(),
@@ -261,10 +258,6 @@ fn http2_builder(settings: &Settings) -> http2::Builder<TokioExecutor> {
     builder
 }
 
-/// One request's handling, as hyper holds it.
-type Handling =
-    Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, Infallible>> + Send + 'static>>;
-
 /// How long a client may take over the TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -308,28 +301,12 @@ async fn serve_connection(
         conn: conn.clone(),
         idle_timeout: first_request_timeout,
     };
-    // Boxed: hyper keeps room for a request's future on every HTTP/1.1 connection, idle ones
-    // too; a box is a pointer there, and its room is taken only while a request runs.
-    let alt_svc = setup.alt_svc.clone();
     let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
-        let answer = handle(
+        handle(
             request.map(IncomingBody::Hyper),
             conn.clone(),
             server.clone(),
-        );
-        let handling: Handling = match alt_svc.clone() {
-            None => Box::pin(answer),
-            Some(alt_svc) => Box::pin(async move {
-                let mut response = answer.await?;
-                // The app's own Alt-Svc, if it set one, wins.
-                response
-                    .headers_mut()
-                    .entry(http::header::ALT_SVC)
-                    .or_insert(alt_svc);
-                Ok(response)
-            }),
-        };
-        handling
+        )
     });
     type Serving<'a> = Pin<Box<dyn Future<Output = Result<(), hyper::Error>> + Send + 'a>>;
     // hyper times out slow heads only once it knows the protocol: a client that sends less
