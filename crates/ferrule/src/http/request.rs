@@ -57,6 +57,7 @@ pub(crate) async fn handle(
     Ok(response)
 }
 
+/// The response to one request, before what the connection adds to every response.
 async fn respond(
     request: Request<IncomingBody>,
     conn: Arc<Connection>,
