@@ -10,10 +10,9 @@ The load generator is `ferrule-h3load` (crates/ferrule-h3load, quinn + h3, built
 `cargo build --release -p ferrule-h3load`; a closed loop as h2load's: `-c10 -m10`, 10
 connections of 10 requests in flight each). HTTP/2 is h2load's (`-c10 -m10`, TLS with ALPN
 h2). Each server is pinned to CPU 0 and the client to CPU 1; the servers take turns within each
-repeat. Besides
-requests/s (medians), the server's CPU time per request (user + system, from /proc, over the
-measured seconds) is given: steadier than requests/s on a noisy machine. A Markdown table lands
-in benches/results/h3-<timestamp>.md.
+repeat. Besides requests/s (medians), the server's CPU time per request (user + system, from
+/proc, over the measured seconds) is given: steadier than requests/s on a noisy machine. A
+Markdown table lands in benches/results/h3-<timestamp>.md.
 """
 
 from __future__ import annotations
