@@ -51,7 +51,7 @@ pub struct StreamBody {
     /// drops a body as soon as the declared length is out, which is not the client leaving.
     declared: Option<u64>,
     sent: u64,
-    /// An HTTP/2 stream counts as in progress until its body ends (`OpenStreams`).
+    /// A request counts as in progress until its body ends (`OpenStreams`).
     open_stream: Option<OpenStream>,
     /// The app failed mid-body and hyper was given a chance to flush first (`poll_frame`).
     flushed_before_abort: bool,

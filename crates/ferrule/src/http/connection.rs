@@ -15,7 +15,7 @@ pub(crate) struct Connection {
     pub(super) info: ConnInfo,
     /// The request heads recorded as they were read, in the client's order.
     pub(super) heads: Arc<HeadLog>,
-    /// Its HTTP/2 streams in progress, for the idle timeout.
+    /// Its requests in progress, for the idle timeout and for putting it aside when idle.
     pub(super) streams: Arc<OpenStreams>,
     /// `h3=":PORT"`, added to every response over TLS when HTTP/3 is served beside it.
     pub(super) alt_svc: Option<HeaderValue>,

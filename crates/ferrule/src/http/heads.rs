@@ -31,6 +31,12 @@ pub struct HeadLog {
     requests: AtomicU64,
     /// The client sent the HTTP/2 preface.
     http2: AtomicBool,
+    /// No part of a request head or body is waiting to be read whole (the recorder's place).
+    between_requests: AtomicBool,
+    /// hyper's last write or flush was pending: its buffer holds bytes the client has not taken.
+    write_waiting: AtomicBool,
+    /// hyper is being stopped to put the connection aside: its shutdown leaves the socket open.
+    setting_aside: AtomicBool,
 }
 
 impl HeadLog {
@@ -53,6 +59,25 @@ impl HeadLog {
     /// Whether the connection speaks HTTP/2 (known once the client's first bytes are in).
     pub fn http2(&self) -> bool {
         self.http2.load(Ordering::Acquire)
+    }
+
+    /// Whether hyper can be stopped with nothing lost: it holds no part of a request and no
+    /// bytes to write (see `serving`, which puts idle HTTP/1.1 connections aside).
+    pub fn at_rest(&self) -> bool {
+        self.between_requests.load(Ordering::Acquire) && !self.write_waiting.load(Ordering::Acquire)
+    }
+
+    pub(super) fn set_write_waiting(&self, waiting: bool) {
+        self.write_waiting.store(waiting, Ordering::Release);
+    }
+
+    /// Makes hyper's shutdown of the socket (`RecordingIo::poll_shutdown`) leave it open.
+    pub fn set_aside(&self, aside: bool) {
+        self.setting_aside.store(aside, Ordering::Release);
+    }
+
+    pub(super) fn setting_aside(&self) -> bool {
+        self.setting_aside.load(Ordering::Acquire)
     }
 
     fn push(&self, head: RawHead) {
@@ -122,7 +147,7 @@ impl Recorder {
     pub fn feed(&mut self, mut data: &[u8]) {
         while !data.is_empty() {
             data = match self.position {
-                Position::Stopped => return,
+                Position::Stopped => break,
                 Position::Head => self.head(data),
                 Position::Body(left) => {
                     let used = left.min(data.len() as u64);
@@ -143,6 +168,13 @@ impl Recorder {
                 Position::Chunked(_) => self.chunk_line(data),
             };
         }
+        let between = matches!(self.position, Position::Head) && self.pending.is_empty();
+        self.log.between_requests.store(between, Ordering::Release);
+    }
+
+    /// The connection's log, which the socket's owner shares.
+    pub fn log(&self) -> &HeadLog {
+        &self.log
     }
 
     fn stop(&mut self) {
@@ -354,6 +386,28 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn between_requests_only_once_a_head_and_its_body_are_in_whole() {
+        let log = Arc::new(HeadLog::default());
+        let mut recorder = Recorder::new(log.clone(), 64 * 1024);
+        let mut fed = |data: &[u8]| {
+            recorder.feed(data);
+            log.at_rest()
+        };
+        assert!(!fed(b"POST / HTTP/1.1\r\nContent-"));
+        assert!(!fed(b"Length: 4\r\n\r\nab"));
+        assert!(fed(b"cd"));
+        assert!(!fed(b"G"));
+        assert!(fed(b"ET / HTTP/1.1\r\n\r\n"));
+        log.set_write_waiting(true);
+        assert!(!log.at_rest());
+        log.set_write_waiting(false);
+        // An upgrade stops the recorder: never at rest again.
+        assert!(!fed(
+            b"GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n"
+        ));
     }
 
     #[test]

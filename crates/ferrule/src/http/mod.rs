@@ -1,10 +1,11 @@
 //! The ASGI HTTP/1.1 and HTTP/2 server on the bridge, one file per concern (as granian lays out protocols):
 //! - `server`: `HttpServer`, the Python class: settings, listening sockets, shutdown;
 //! - `listener`: `Listener`, the listening sockets Python hands over, and accepting;
-//! - `serving`: the accept loop and each connection it serves (TLS handshake, hyper, finishing);
+//! - `serving`: the accept loop and each connection it serves (TLS handshake, hyper, finishing,
+//!   setting idle HTTP/1.1 connections aside);
 //! - `connection`: `Connection`, one connection as its requests see it;
 //! - `request`: one request, from the checks before the app to the app's coroutine;
-//! - `streams`: `OpenStreams`, the HTTP/2 streams in progress on a connection;
+//! - `streams`: `OpenStreams`, the requests (HTTP/2 streams) in progress on a connection;
 //! - `heads`: the raw request heads, recorded as hyper reads them (header order, framing);
 //! - `recording_io`: `RecordingIo`, the socket as hyper reads it, through the head recorder;
 //!   it also tells HTTP/1.1 from HTTP/2 by the client's first bytes;

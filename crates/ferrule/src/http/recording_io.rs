@@ -43,22 +43,11 @@ impl<T: AsyncRead + Unpin> RecordingIo<T> {
     pub async fn starts_with_http2_preface(&mut self) -> io::Result<bool> {
         loop {
             let filled = usize::from(self.end);
-            let read = std::future::poll_fn(|cx| {
-                let mut buf = ReadBuf::new(&mut self.held[filled..]);
-                ready!(read_recorded(
-                    &mut self.inner,
-                    &mut self.recorder,
-                    cx,
-                    &mut buf
-                ))?;
-                Poll::Ready(Ok::<_, io::Error>(buf.filled().len()))
-            })
-            .await?;
+            let read = self.read_into_held().await?;
             if read == 0 {
                 return Ok(false);
             }
             let seen = filled + read;
-            self.end = seen as u8;
             if self.held[filled..seen] != HTTP2_PREFACE[filled..seen] {
                 return Ok(false);
             }
@@ -66,6 +55,33 @@ impl<T: AsyncRead + Unpin> RecordingIo<T> {
                 return Ok(true);
             }
         }
+    }
+
+    /// Waits for the client's next bytes and holds them for hyper's next read: `false` if the
+    /// client closed instead. For a connection put aside between requests, with hyper gone.
+    pub async fn next_bytes_arrive(&mut self) -> io::Result<bool> {
+        debug_assert_eq!(self.start, self.end, "held bytes not handed on");
+        (self.start, self.end) = (0, 0);
+        Ok(self.read_into_held().await? > 0)
+    }
+
+    /// Reads what has come into the free end of `held`: how many bytes (0 at the end of the
+    /// stream).
+    async fn read_into_held(&mut self) -> io::Result<usize> {
+        let filled = usize::from(self.end);
+        let read = std::future::poll_fn(|cx| {
+            let mut buf = ReadBuf::new(&mut self.held[filled..]);
+            ready!(read_recorded(
+                &mut self.inner,
+                &mut self.recorder,
+                cx,
+                &mut buf
+            ))?;
+            Poll::Ready(Ok::<_, io::Error>(buf.filled().len()))
+        })
+        .await?;
+        self.end = (filled + read) as u8;
+        Ok(read)
     }
 }
 
@@ -121,7 +137,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for RecordingIo<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         crate::bridge::waker::send_held_wakes_if_due();
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.note_write(written.is_pending());
+        written
     }
 
     fn poll_write_vectored(
@@ -130,7 +149,10 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for RecordingIo<T> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         crate::bridge::waker::send_held_wakes_if_due();
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.note_write(written.is_pending());
+        written
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -138,11 +160,26 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for RecordingIo<T> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        let this = self.get_mut();
+        let flushed = Pin::new(&mut this.inner).poll_flush(cx);
+        this.note_write(flushed.is_pending());
+        flushed
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        let this = self.get_mut();
+        if this.recorder.log().setting_aside() {
+            return Poll::Ready(Ok(())); // hyper goes, the connection stays (`serving`)
+        }
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+impl<T> RecordingIo<T> {
+    /// hyper writes until its buffer is empty or a write is pending, so the last write's
+    /// outcome tells whether bytes wait in it.
+    fn note_write(&self, pending: bool) {
+        self.recorder.log().set_write_waiting(pending);
     }
 }
 
@@ -214,6 +251,20 @@ mod tests {
         assert_eq!(&buf[..n], b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
         assert!(log.take().is_some());
         assert!(log.take().is_none());
+    }
+
+    #[tokio::test]
+    async fn bytes_read_while_set_aside_reach_the_next_read_with_what_follows() {
+        let (mut io, log) = recording(&[b"G", b"ET /b HTTP/1.1\r\n\r\n"]);
+        assert!(io.next_bytes_arrive().await.unwrap());
+        let mut buf = [0u8; 64];
+        let n = io.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"GET /b HTTP/1.1\r\n\r\n");
+        assert_eq!(log.requests(), 1, "recorded once");
+        assert!(
+            !io.next_bytes_arrive().await.unwrap(),
+            "the end of the stream"
+        );
     }
 
     #[tokio::test]

@@ -78,7 +78,7 @@ async fn respond(
     // Taken first, whatever happens to the request, to stay in step with hyper's order.
     let raw_head = conn.heads.take();
     // Until the response's last byte: a streamed body takes it over below.
-    let open_stream = (request.version() == http::Version::HTTP_2).then(|| conn.streams.open());
+    let open_stream = conn.streams.open();
     let settings = &server.settings;
     let state = &server.state;
     if state.count_request() {
@@ -188,9 +188,7 @@ async fn respond(
         // `connection: keep-alive` to a keep-alive request's answer and close all the same.
         *response.version_mut() = http::Version::HTTP_10;
     }
-    if let Some(open_stream) = open_stream {
-        response.body_mut().hold(open_stream);
-    }
+    response.body_mut().hold(open_stream);
     Ok(response)
 }
 

@@ -311,7 +311,6 @@ async fn serve_connection(
             server.clone(),
         )
     });
-    type Serving<'a> = Pin<Box<dyn Future<Output = Result<(), hyper::Error>> + Send + 'a>>;
     // hyper times out slow heads only once it knows the protocol: a client that sends less
     // than tells HTTP/1 from HTTP/2 and goes silent is closed here instead, as is one whose
     // first request is not in within the keep-alive timeout.
@@ -328,14 +327,51 @@ async fn serve_connection(
         }
         (h1, _) => !h1,
     };
-    let io = TokioIo::new(io);
-    let serving: Serving<'_> = if http2 {
-        // HTTP/2's WebSockets are streams (extended CONNECT): no HTTP/1.1 upgrade to allow.
-        let connection = setup.http2.serve_connection(io, service);
-        Box::pin(finish_when.drive(connection, |c| c.graceful_shutdown()))
-    } else {
-        let connection = setup.http1.serve_connection(io, service).with_upgrades();
-        Box::pin(finish_when.drive(connection, |c| c.graceful_shutdown()))
+    let serving = async move {
+        let mut finish_when = finish_when;
+        if http2 {
+            // HTTP/2's WebSockets are streams (extended CONNECT): no HTTP/1.1 upgrade to allow.
+            // Boxed: kept in the task, its room would be taken by every HTTP/1.1 connection too.
+            let mut connection = Box::pin(setup.http2.serve_connection(TokioIo::new(io), service));
+            let connection = connection.as_mut();
+            finish_when
+                .drive(connection, |c| c.graceful_shutdown(), None)
+                .await;
+            return;
+        }
+        // HTTP/1.1: one hyper connection while requests come, none while the connection is
+        // idle (`SET_ASIDE_AFTER`), until either side closes it or it is idle past the
+        // keep-alive timeout.
+        let mut io = io;
+        let heads = finish_when.conn.heads.clone();
+        loop {
+            let requests_before = heads.requests();
+            let connection = setup
+                .http1
+                .serve_connection(TokioIo::new(io), service.clone());
+            // Boxed, so that its memory goes back while the connection is set aside.
+            let mut connection: Box<dyn Http1Connection> = Box::new(connection.with_upgrades());
+            let driven = finish_when
+                .drive(
+                    Pin::new(&mut *connection),
+                    |c| c.graceful_shutdown(),
+                    Some(requests_before),
+                )
+                .await;
+            let Driven::AtRest(quiet_since) = driven else {
+                return;
+            };
+            heads.set_aside(false);
+            let Some(socket) = connection.into_socket() else {
+                return; // not at rest after all; cannot happen while the recorder follows hyper
+            };
+            io = socket;
+            let idle_until = quiet_since + finish_when.idle_timeout;
+            if !finish_when.next_request_arrives(&mut io, idle_until).await {
+                let _ = tokio::io::AsyncWriteExt::shutdown(&mut io).await;
+                return;
+            }
+        }
     };
     tokio::pin!(serving);
     tokio::select! {
@@ -346,7 +382,42 @@ async fn serve_connection(
             }
         }
     }
-    let _ = serving.await;
+    serving.await;
+}
+
+/// How long an HTTP/1.1 connection stays quiet between requests before hyper's connection
+/// (its 8 KiB buffers and state, about 20 KiB in all) is dropped, leaving the socket and 24
+/// bytes to hold the client's next bytes: a new hyper connection starts when they come. Long
+/// enough that a busy connection never pays for the restart, which costs a few microseconds.
+const SET_ASIDE_AFTER: Duration = Duration::from_secs(1);
+
+/// hyper's HTTP/1.1 connection, with what `serve_connection` needs of it. A trait object: the
+/// compiler cannot prove the connection's future `Send` with hyper's type kept across awaits.
+trait Http1Connection: Future<Output = hyper::Result<()>> + Send + Unpin {
+    fn graceful_shutdown(self: Pin<&mut Self>);
+
+    /// The socket, once hyper has let go of it between requests; `None` if it was upgraded,
+    /// or if hyper held part of a request.
+    fn into_socket(self: Box<Self>) -> Option<RecordingIo<Box<dyn IoStream>>>;
+}
+
+impl<S> Http1Connection for http1::UpgradeableConnection<TokioIo<RecordingIo<Box<dyn IoStream>>>, S>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = super::body::ResponseBody>
+        + Send
+        + Unpin,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    Self: Future<Output = hyper::Result<()>> + Send + Unpin,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        http1::UpgradeableConnection::graceful_shutdown(self);
+    }
+
+    fn into_socket(self: Box<Self>) -> Option<RecordingIo<Box<dyn IoStream>>> {
+        let parts = (*self).into_parts()?;
+        parts.read_buf.is_empty().then(|| parts.io.into_inner())
+    }
 }
 
 /// `--log-level trace`: "HTTP connection made" once a connection is set up (after TLS), and
@@ -388,44 +459,103 @@ struct FinishWhen {
     idle_timeout: Duration,
 }
 
+/// How a connection's hyper side ended.
+enum Driven<T> {
+    /// It ended (closed, failed or upgraded), with hyper's result.
+    Ended(T),
+    /// Idle between requests and asked to finish, hyper let go of the socket, still open.
+    AtRest(tokio::time::Instant),
+}
+
+/// What woke `FinishWhen::drive`.
+enum Woken<T> {
+    Ended(T),
+    Stopped,
+    Idle,
+    AtRest(tokio::time::Instant),
+}
+
 impl FinishWhen {
-    async fn drive<C: Future>(
-        mut self,
-        connection: C,
-        graceful_shutdown: impl FnOnce(Pin<&mut C>),
-    ) -> C::Output {
-        tokio::pin!(connection);
-        let idle = async {
+    /// Drives `connection` until it ends; with `rest_after` (HTTP/1.1: the requests counted
+    /// when it started), also until it has served one and rested for `SET_ASIDE_AFTER`.
+    async fn drive<C: Future + ?Sized>(
+        &mut self,
+        mut connection: Pin<&mut C>,
+        graceful_shutdown: impl Fn(Pin<&mut C>),
+        rest_after: Option<u64>,
+    ) -> Driven<C::Output> {
+        let conn = self.conn.clone();
+        let idle_timeout = self.idle_timeout;
+        let idle_conn = conn.clone();
+        let idle = async move {
+            let conn = idle_conn;
             // Pending until the client's preface has said HTTP/2 (HTTP/1.1 has hyper's own
             // timeout between requests). No wake-up of its own is needed: the preface is read
             // while the connection is polled, in this task, just before this is polled again;
             // and an atomic load is all an HTTP/1.1 connection pays for it.
             std::future::poll_fn(|_| {
-                if self.conn.heads.http2() {
+                if conn.heads.http2() {
                     Poll::Ready(())
                 } else {
                     Poll::Pending
                 }
             })
             .await;
-            self.conn.streams.idle_for(self.idle_timeout).await;
+            conn.streams.idle_for(idle_timeout).await;
         };
-        let stopped = tokio::select! {
+        let rest_conn = conn.clone();
+        let at_rest = async move {
+            let conn = rest_conn;
+            let Some(requests_before) = rest_after else {
+                return std::future::pending().await;
+            };
+            loop {
+                let since = conn.streams.quiet_for(SET_ASIDE_AFTER).await;
+                // hyper is idle only once it has answered a request, and has nothing to finish
+                // only when no part of the next one is in and its writes are out.
+                if conn.heads.requests() > requests_before && conn.heads.at_rest() {
+                    return since;
+                }
+                tokio::time::sleep(SET_ASIDE_AFTER).await;
+            }
+        };
+        let woken = tokio::select! {
             biased;
-            output = &mut connection => return output,
+            output = connection.as_mut() => Woken::Ended(output),
             // An error is the server gone without draining: finish all the same.
-            _ = self.stopping.wait_for(|stop| *stop) => true,
-            () = idle => false,
+            _ = self.stopping.wait_for(is_set) => Woken::Stopped,
+            () = idle => Woken::Idle,
+            since = at_rest => Woken::AtRest(since),
         };
-        if stopped && !self.conn.heads.http2() {
+        let stopped = match woken {
+            Woken::Ended(output) => return Driven::Ended(output),
+            Woken::Stopped => true,
+            Woken::Idle => false,
+            Woken::AtRest(since) => {
+                // hyper, idle, closes at once when asked to finish, and its shutdown of the
+                // socket leaves it open; busy after all, it closes after this exchange.
+                conn.heads.set_aside(true);
+                graceful_shutdown(connection.as_mut());
+                let polled =
+                    std::future::poll_fn(|cx| Poll::Ready(connection.as_mut().poll(cx))).await;
+                return match polled {
+                    Poll::Ready(_) => Driven::AtRest(since),
+                    Poll::Pending => {
+                        conn.heads.set_aside(false);
+                        Driven::Ended(connection.await)
+                    }
+                };
+            }
+        };
+        if stopped && !conn.heads.http2() {
             // HTTP/1.1 cannot tell a client that its next request will not be read, so one on
             // its way as an idle connection closes is reset: a moment to let it in (a new
             // connection's first request too), answered with `connection: close`. HTTP/2's
             // GOAWAY says which streams were left, for the client to send again. No wake-up is
             // needed for the count: it grows while the connection is polled, in this task.
-            let before = self.conn.heads.requests();
+            let before = conn.heads.requests();
             let next_request = std::future::poll_fn(|_| {
-                if self.conn.heads.requests() > before {
+                if conn.heads.requests() > before {
                     Poll::Ready(())
                 } else {
                     Poll::Pending
@@ -433,14 +563,38 @@ impl FinishWhen {
             });
             tokio::select! {
                 biased;
-                output = &mut connection => return output,
+                output = connection.as_mut() => return Driven::Ended(output),
                 () = next_request => {}
                 () = tokio::time::sleep(NEXT_REQUEST_GRACE) => {}
             }
         }
         graceful_shutdown(connection.as_mut());
-        connection.await
+        Driven::Ended(connection.await)
     }
+
+    /// Waits, with hyper gone, for the next bytes of a connection set aside: `false` if the
+    /// client closes, or sends nothing until `idle_until` (the keep-alive timeout), or within
+    /// `NEXT_REQUEST_GRACE` once the server stops.
+    async fn next_request_arrives(
+        &mut self,
+        io: &mut RecordingIo<Box<dyn IoStream>>,
+        idle_until: tokio::time::Instant,
+    ) -> bool {
+        let stopping = tokio::select! {
+            arrived = io.next_bytes_arrive() => return matches!(arrived, Ok(true)),
+            () = tokio::time::sleep_until(idle_until) => return false,
+            _ = self.stopping.wait_for(is_set) => true,
+        };
+        debug_assert!(stopping);
+        let arrived = tokio::time::timeout(NEXT_REQUEST_GRACE, io.next_bytes_arrive()).await;
+        matches!(arrived, Ok(Ok(true)))
+    }
+}
+
+/// A named function, not a closure: a closure's borrow here defeats the proof that the
+/// connection's future is `Send`.
+fn is_set(flag: &bool) -> bool {
+    *flag
 }
 
 /// How long an HTTP/1.1 connection may still deliver its next request (a new one its first)
