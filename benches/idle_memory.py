@@ -6,9 +6,11 @@ connection (and each open WebSocket), and whether it comes back when they close.
 
 For each server in turn (one process, pinned as in ``run.py``): RSS (VmRSS) once it serves;
 then N connections are opened, each sends one GET /hello and reads the answer, and all stay
-open: RSS again; then M WebSockets are opened on ``/ws`` (accepted, one echo each) and stay
-open: RSS again; then everything closes: RSS after 2 s. Printed as a Markdown table, KiB per
-connection or socket. With ``--deflate`` the WebSockets offer permessage-deflate as browsers do
+open: RSS again once they have been idle for ``IDLE`` seconds (ferrule gives an HTTP/1.1
+connection's buffers back after a second without a request); then they close: RSS 2 s later.
+Then, on a fresh server process, M WebSockets are opened on ``/ws`` (accepted, one echo each)
+and stay open: RSS before and after. Printed as a Markdown table, KiB per connection or socket.
+With ``--deflate`` the WebSockets offer permessage-deflate as browsers do
 (``permessage-deflate; client_max_window_bits``) and their one echo is a 1 KiB JSON-like text,
 compressed both ways: each socket then holds the server's compressor and decompressor. The
 client is this process on 127.0.0.1; its descriptor limit (and the servers', which inherit it)
@@ -30,6 +32,8 @@ from pathlib import Path
 import harness
 
 REQUEST = b"GET /hello HTTP/1.1\r\nHost: bench\r\n\r\n"
+#: How long the connections have been idle when the RSS is read with them open.
+IDLE = 2.0
 DEFLATE_OFFER = b"Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
 JSON_LIKE = (
     "["
@@ -148,26 +152,37 @@ def open_websockets(port: int, count: int, deflate: bool) -> list[socket.socket]
 def measure(
     server: harness.Server, connections: int, websockets: int, deflate: bool, log_dir: Path
 ) -> dict:
+    """Connections and WebSockets each on a fresh server: measured on one, the sockets' figure
+    moved with what the server did with the connections' memory meanwhile (it even went
+    negative)."""
     with harness.serving(server, "apps:app", "/hello", log_dir) as proc:
         pid = proc.proc.pid
         time.sleep(0.5)
         base = rss_kib(pid)
         held = open_connections(proc.port, connections)
-        time.sleep(1.0)
+        time.sleep(IDLE)
         with_connections = rss_kib(pid)
-        sockets = open_websockets(proc.port, websockets, deflate) if websockets else []
-        time.sleep(1.0)
-        with_sockets = rss_kib(pid)
-        for sock in held + sockets:
+        for sock in held:
             sock.close()
         time.sleep(2.0)
         after = rss_kib(pid)
+    per_websocket = 0.0
+    if websockets:
+        with harness.serving(server, "apps:app", "/hello", log_dir) as proc:
+            pid = proc.proc.pid
+            time.sleep(0.5)
+            before_sockets = rss_kib(pid)
+            sockets = open_websockets(proc.port, websockets, deflate)
+            time.sleep(1.0)
+            per_websocket = (rss_kib(pid) - before_sockets) / websockets
+            for sock in sockets:
+                sock.close()
     return {
         "base": base,
         "per_connection": (with_connections - base) / connections,
-        "per_websocket": (with_sockets - with_connections) / websockets if websockets else 0.0,
+        "per_websocket": per_websocket,
         "after": after,
-        "peak": with_sockets,
+        "peak": with_connections,
     }
 
 
@@ -193,7 +208,10 @@ def main() -> None:
         f" sockets, permessage-deflate {'offered' if args.deflate else 'not offered'}"
     )
     print()
-    print("| server | RSS before | KiB/connection | KiB/WebSocket | RSS open | RSS after close |")
+    print(
+        "| server | RSS before | KiB/connection | KiB/WebSocket | RSS with connections"
+        " | RSS after they close |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     with tempfile.TemporaryDirectory() as logs:
         for server in servers:
