@@ -523,7 +523,7 @@ impl FinishWhen {
             biased;
             output = connection.as_mut() => Woken::Ended(output),
             // An error is the server gone without draining: finish all the same.
-            _ = self.stopping.wait_for(is_set) => Woken::Stopped,
+            _ = self.stopping.wait_for(|stop| *stop) => Woken::Stopped,
             () = idle => Woken::Idle,
             since = at_rest => Woken::AtRest(since),
         };
@@ -583,18 +583,12 @@ impl FinishWhen {
         let stopping = tokio::select! {
             arrived = io.next_bytes_arrive() => return matches!(arrived, Ok(true)),
             () = tokio::time::sleep_until(idle_until) => return false,
-            _ = self.stopping.wait_for(is_set) => true,
+            _ = self.stopping.wait_for(|stop| *stop) => true,
         };
         debug_assert!(stopping);
         let arrived = tokio::time::timeout(NEXT_REQUEST_GRACE, io.next_bytes_arrive()).await;
         matches!(arrived, Ok(Ok(true)))
     }
-}
-
-/// A named function, not a closure: a closure's borrow here defeats the proof that the
-/// connection's future is `Send`.
-fn is_set(flag: &bool) -> bool {
-    *flag
 }
 
 /// How long an HTTP/1.1 connection may still deliver its next request (a new one its first)
