@@ -1,8 +1,10 @@
 //! The ASGI HTTP/1.1 and HTTP/2 server on the bridge, one file per concern (as granian lays out protocols):
 //! - `server`: `HttpServer`, the Python class: settings, listening sockets, shutdown;
 //! - `listener`: `Listener`, the listening sockets Python hands over, and accepting;
-//! - `serving`: the accept loop and each connection it serves (TLS handshake, hyper, finishing,
-//!   setting idle HTTP/1.1 connections aside);
+//! - `serving`: the accept loop and each connection it serves (TLS handshake, hyper, setting
+//!   idle HTTP/1.1 connections aside);
+//! - `finish_when`: `FinishWhen`, when a connection is asked to finish, and when an idle
+//!   HTTP/1.1 connection is set aside;
 //! - `connection`: `Connection`, one connection as its requests see it;
 //! - `request`: one request, from the checks before the app to the app's coroutine;
 //! - `streams`: `OpenStreams`, the requests (HTTP/2 streams) in progress on a connection;
@@ -25,6 +27,7 @@ mod body;
 mod callables;
 mod connection;
 mod exchange;
+mod finish_when;
 mod heads;
 mod incoming;
 mod listener;
