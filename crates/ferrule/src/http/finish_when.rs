@@ -55,11 +55,8 @@ impl FinishWhen {
         graceful_shutdown: impl Fn(Pin<&mut C>),
         rest_after: Option<u64>,
     ) -> Driven<C::Output> {
-        let conn = self.conn.clone();
-        let idle_timeout = self.idle_timeout;
-        let idle_conn = conn.clone();
-        let idle = async move {
-            let conn = idle_conn;
+        let conn = &*self.conn;
+        let idle = async {
             // Pending until the client's preface has said HTTP/2 (HTTP/1.1 has hyper's own
             // timeout between requests). No wake-up of its own is needed: the preface is read
             // while the connection is polled, in this task, just before this is polled again;
@@ -72,11 +69,9 @@ impl FinishWhen {
                 }
             })
             .await;
-            conn.streams.idle_for(idle_timeout).await;
+            conn.streams.idle_for(self.idle_timeout).await;
         };
-        let rest_conn = conn.clone();
-        let at_rest = async move {
-            let conn = rest_conn;
+        let at_rest = async {
             let Some(requests_before) = rest_after else {
                 return std::future::pending().await;
             };
@@ -151,12 +146,11 @@ impl FinishWhen {
         io: &mut RecordingIo<Box<dyn IoStream>>,
         idle_until: tokio::time::Instant,
     ) -> bool {
-        let stopping = tokio::select! {
+        tokio::select! {
             arrived = io.next_bytes_arrive() => return matches!(arrived, Ok(true)),
             () = tokio::time::sleep_until(idle_until) => return false,
-            _ = self.stopping.wait_for(|stop| *stop) => true,
-        };
-        debug_assert!(stopping);
+            _ = self.stopping.wait_for(|stop| *stop) => {}
+        }
         let arrived = tokio::time::timeout(NEXT_REQUEST_GRACE, io.next_bytes_arrive()).await;
         matches!(arrived, Ok(Ok(true)))
     }
