@@ -49,7 +49,7 @@ enum Woken<T> {
 impl FinishWhen {
     /// Drives `connection` until it ends; with `rest_after` (HTTP/1.1: the requests counted
     /// when it started), also until it has served one and rested for `SET_ASIDE_AFTER`.
-    pub(super) async fn drive<C: Future + ?Sized>(
+    pub(super) async fn drive<C: Future<Output = Result<(), E>> + ?Sized, E>(
         &mut self,
         mut connection: Pin<&mut C>,
         graceful_shutdown: impl Fn(Pin<&mut C>),
@@ -105,7 +105,8 @@ impl FinishWhen {
                 let polled =
                     std::future::poll_fn(|cx| Poll::Ready(connection.as_mut().poll(cx))).await;
                 return match polled {
-                    Poll::Ready(_) => Driven::AtRest(since),
+                    Poll::Ready(Ok(())) => Driven::AtRest(since),
+                    Poll::Ready(failed) => Driven::Ended(failed),
                     Poll::Pending => {
                         conn.heads.set_aside(false);
                         Driven::Ended(connection.await)

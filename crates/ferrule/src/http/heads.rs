@@ -62,7 +62,7 @@ impl HeadLog {
     }
 
     /// Whether hyper can be stopped with nothing lost: it holds no part of a request and no
-    /// bytes to write (see `serving`, which puts idle HTTP/1.1 connections aside).
+    /// bytes to write (see `finish_when`, which decides when an idle HTTP/1.1 connection is set aside).
     pub fn at_rest(&self) -> bool {
         self.between_requests.load(Ordering::Acquire) && !self.write_waiting.load(Ordering::Acquire)
     }

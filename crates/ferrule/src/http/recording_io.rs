@@ -169,7 +169,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for RecordingIo<T> {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.recorder.log().setting_aside() {
-            return Poll::Ready(Ok(())); // hyper goes, the connection stays (`serving`)
+            return Poll::Ready(Ok(())); // hyper goes, the connection stays (`finish_when`)
         }
         Pin::new(&mut this.inner).poll_shutdown(cx)
     }

@@ -343,9 +343,8 @@ async fn serve_connection(
         // idle (`finish_when::SET_ASIDE_AFTER`), until either side closes it or it is idle
         // past the keep-alive timeout.
         let mut io = io;
-        let heads = finish_when.conn.heads.clone();
         loop {
-            let requests_before = heads.requests();
+            let requests_before = finish_when.conn.heads.requests();
             let connection = setup
                 .http1
                 .serve_connection(TokioIo::new(io), service.clone());
@@ -361,7 +360,7 @@ async fn serve_connection(
             let Driven::AtRest(quiet_since) = driven else {
                 return;
             };
-            heads.set_aside(false);
+            finish_when.conn.heads.set_aside(false);
             let Some(socket) = connection.into_socket() else {
                 return; // not at rest after all; cannot happen while the recorder follows hyper
             };

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 /// The requests in progress on one connection: each from its head until its response's last
 /// byte is handed to hyper. hyper's HTTP/2 server has no idle timeout, and a client that
 /// answers its PINGs would otherwise hold the connection for ever; an HTTP/1.1 connection
-/// quiet for long enough gives its buffers back (`serving`).
+/// quiet for long enough gives its buffers back (`finish_when`).
 pub struct OpenStreams {
     open: AtomicUsize,
     /// Told each time a request ends or starts: `idle_for` waits on it.
