@@ -12,6 +12,8 @@ use pyo3::types::PyDict;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::asgi::access_format::AccessFormat;
+use crate::asgi::proxy::Forwarded;
+use crate::asgi::raw_head::RawHead;
 use crate::asgi::responses::{closing_response, plain_response};
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
@@ -51,6 +53,14 @@ pub(super) enum RequestBody {
     Done,
 }
 
+/// A request's head, what the app's scope is built from: hyper's parts, the lines as the client
+/// sent them (HTTP/1.1), and what trusted proxy headers say of the client.
+pub(super) struct RequestHead {
+    pub(super) parts: http::request::Parts,
+    pub(super) raw: Option<RawHead>,
+    pub(super) forwarded: Forwarded,
+}
+
 pub(super) struct ExchangeState {
     pub(super) phase: Phase,
     head_tx: Option<oneshot::Sender<Response<ResponseBody>>>,
@@ -77,6 +87,9 @@ pub(super) struct ExchangeState {
     pub(super) trailers: HeaderMap,
     /// The response headers `--access-log-format` names, taken as the head goes out.
     pub(super) logged_headers: Vec<Option<HeaderValue>>,
+    /// The request's head once the scope is built from it, for the request's task to drop
+    /// (`Exchange::keep_spent_head`).
+    spent_head: Option<Box<RequestHead>>,
 }
 
 impl ExchangeState {
@@ -136,10 +149,24 @@ impl Exchange {
                 expects_trailers: false,
                 trailers: HeaderMap::new(),
                 logged_headers: Vec::new(),
+                spent_head: None,
             }),
             body: BodyQueue::default(),
             started,
         }
+    }
+
+    /// Keeps the request's head, its scope built, until the response head is out, for the
+    /// request's task to drop (`take_spent_head`): its header values share hyper's read buffer,
+    /// and freed on the loop's thread (`--loop uvloop` starts apps there) the buffer's memory
+    /// went back to the system and was faulted in again, a page every few requests. Kept
+    /// before the app runs, so it is here when the response head is.
+    pub(super) fn keep_spent_head(&self, head: Box<RequestHead>) {
+        self.state.lock().unwrap().spent_head = Some(head);
+    }
+
+    pub(super) fn take_spent_head(&self) -> Option<Box<RequestHead>> {
+        self.state.lock().unwrap().spent_head.take()
     }
 
     /// Whether `len` more body bytes fit in `BODY_QUEUE_BYTES` (any chunk does in an empty

@@ -12,8 +12,6 @@ use tokio::sync::oneshot;
 use crate::asgi::access_log::AccessEntry;
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::logging::{log_line, WARNING};
-use crate::asgi::proxy::Forwarded;
-use crate::asgi::raw_head::RawHead;
 use crate::asgi::responses::{closing_response, plain_response};
 use crate::asgi::scope::build_scope;
 use crate::asgi::server::Server;
@@ -26,7 +24,7 @@ use super::app_done::on_app_done;
 use super::body::ResponseBody;
 use super::callables::{HttpReceive, HttpSend};
 use super::connection::Connection;
-use super::exchange::Exchange;
+use super::exchange::{Exchange, RequestHead};
 use super::incoming::IncomingBody;
 
 /// Tells the app the client is gone if hyper drops the request before the response head.
@@ -148,10 +146,15 @@ async fn respond(
     });
     let mut guard = DisconnectOnDrop(Some(exchange.clone()));
     let mut access = access;
-    let mut begin = {
+    // Boxed: it moves to the loop's thread and back into the exchange (`keep_spent_head`).
+    let head = Box::new(RequestHead {
+        parts,
+        raw: raw_head,
+        forwarded,
+    });
+    let begin = {
         let exchange = exchange.clone();
         move |py: Python<'_>| {
-            let head = (&parts, raw_head.as_ref(), &forwarded);
             if let Err(err) = start_app(py, &exchange, head, &conn.info, &mut access, received) {
                 // Calling the app raised before there was a coroutine (say, a sync callable):
                 // the same 500 and logged traceback as an exception inside it.
@@ -182,6 +185,7 @@ async fn respond(
         .await
         .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, settings));
     guard.0 = None;
+    drop(exchange.take_spent_head());
     if http10 && response.body().is_streamed() && !response.headers().contains_key(CONTENT_LENGTH) {
         // HTTP/1.0 has no chunks: this body ends at the close. Said as HTTP/1.0, the response
         // closes the connection; said as HTTP/1.1 (hyper's default), hyper would add
@@ -300,16 +304,18 @@ fn ambiguous_framing(headers: &http::HeaderMap) -> bool {
 fn start_app(
     py: Python<'_>,
     exchange: &Arc<Exchange>,
-    head: (&http::request::Parts, Option<&RawHead>, &Forwarded),
+    head: Box<RequestHead>,
     conn: &ConnInfo,
     access: &mut Option<AccessEntry>,
     received: u64,
 ) -> PyResult<()> {
     let server = &exchange.server;
-    let (coro, context) = server
+    let called = server
         .py
         .request_context
-        .run(py, || call_app(py, exchange, head, conn))?;
+        .run(py, || call_app(py, exchange, &head, conn));
+    exchange.keep_spent_head(head);
+    let (coro, context) = called?;
     // From here the completion owns the access info; if making the job fails, the caller's
     // fallback logs the error without an access line.
     let access = access.take();
@@ -326,16 +332,16 @@ fn start_app(
 fn call_app<'py>(
     py: Python<'py>,
     exchange: &Arc<Exchange>,
-    (parts, raw_head, forwarded): (&http::request::Parts, Option<&RawHead>, &Forwarded),
+    head: &RequestHead,
     conn: &ConnInfo,
 ) -> PyResult<Bound<'py, PyAny>> {
     let handles = &exchange.server.py;
     let scope = build_scope(
         py,
-        parts,
-        raw_head,
+        &head.parts,
+        head.raw.as_ref(),
         conn,
-        forwarded,
+        &head.forwarded,
         &handles.scope_template,
     )?;
     let receive = Py::new(
