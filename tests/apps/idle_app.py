@@ -1,5 +1,6 @@
 """Requests that keep a keep-alive connection quiet for a while: a slow answer, a body that
-drips, a large body, and a WebSocket echo, for the tests of idle connections."""
+drips, a large body, and a WebSocket echo (accepted at once or after a while), for the tests
+of idle connections."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from asgi_helpers import query, send_response
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "websocket":
         await receive()  # websocket.connect
+        # `?secs=`: the app takes that long to accept, the connection quiet meanwhile.
+        await asyncio.sleep(float(query(scope).get("secs", "0")))
         await send({"type": "websocket.accept"})
         message = await receive()
         await send({"type": "websocket.send", "text": message.get("text") or ""})

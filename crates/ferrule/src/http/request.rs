@@ -2,6 +2,7 @@
 //! hand-over, and calling the app.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 
 use http::header::CONTENT_LENGTH;
@@ -12,6 +13,7 @@ use tokio::sync::oneshot;
 use crate::asgi::access_log::AccessEntry;
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::logging::{log_line, WARNING};
+use crate::asgi::raw_head::RawHead;
 use crate::asgi::responses::{closing_response, plain_response};
 use crate::asgi::scope::build_scope;
 use crate::asgi::server::Server;
@@ -26,6 +28,7 @@ use super::callables::{HttpReceive, HttpSend};
 use super::connection::Connection;
 use super::exchange::{Exchange, RequestHead};
 use super::incoming::IncomingBody;
+use super::streams::OpenStream;
 
 /// Tells the app the client is gone if hyper drops the request before the response head.
 struct DisconnectOnDrop(Option<Arc<Exchange>>);
@@ -39,28 +42,99 @@ impl Drop for DisconnectOnDrop {
 }
 
 /// One request, from its head to the response's head (a streamed body goes on after): hyper's
-/// service, and what an HTTP/3 stream is handed to.
-pub(crate) async fn handle(
+/// service, and what an HTTP/3 stream is handed to. Everything up to the app's start runs here,
+/// when hyper hands the request over; the future returned only waits for the response head.
+/// hyper moves that future several times (HTTP/2 spawns a task per stream with it) and keeps
+/// room for it in every HTTP/1.1 connection, so it holds little: the request, the app's start
+/// and their locals live on this function's stack instead (3.8 KB as one async fn).
+pub(crate) fn handle(
     request: Request<IncomingBody>,
     conn: Arc<Connection>,
     server: Arc<Server>,
-) -> Result<Response<ResponseBody>, Infallible> {
-    let alt_svc = conn.alt_svc.clone();
-    let Ok(mut response) = respond(request, conn, server).await;
-    if let Some(alt_svc) = alt_svc {
-        // The app's own Alt-Svc, if it set one, wins.
-        let headers = response.headers_mut();
-        headers.entry(http::header::ALT_SVC).or_insert(alt_svc);
+) -> impl Future<Output = Result<Response<ResponseBody>, Infallible>> + Send {
+    let begun = begin(request, &conn, &server);
+    async move {
+        let mut response = match begun {
+            Begun::Answered(response) => response,
+            Begun::Upgrade(upgrade) => {
+                let Upgrade {
+                    request,
+                    raw_head,
+                    received,
+                    open_stream,
+                } = *upgrade;
+                // Boxed: held across its await, it would make every request's future larger.
+                let answer = Box::pin(ws::upgrade(request, raw_head, &conn.info, server.clone()));
+                let answer = answered(&server, Protocol::Ws, received, answer.await);
+                drop(open_stream);
+                answer.map(ResponseBody::full)
+            }
+            Begun::Started(started) => started.response(&server.settings).await,
+        };
+        if let Some(alt_svc) = &conn.alt_svc {
+            // The app's own Alt-Svc, if it set one, wins.
+            let headers = response.headers_mut();
+            headers
+                .entry(http::header::ALT_SVC)
+                .or_insert_with(|| alt_svc.clone());
+        }
+        Ok(response)
     }
-    Ok(response)
 }
 
-/// The response to one request, before what the connection adds to every response.
-async fn respond(
-    request: Request<IncomingBody>,
-    conn: Arc<Connection>,
-    server: Arc<Server>,
-) -> Result<Response<ResponseBody>, Infallible> {
+/// What became of a request by the time the app has been started.
+enum Begun {
+    /// Answered without the app: refused, or a diagnostics route.
+    Answered(Response<ResponseBody>),
+    /// A WebSocket handshake, for `ws::upgrade` (boxed: rare, and large).
+    Upgrade(Box<Upgrade>),
+    /// The app is running; its response head is to come.
+    Started(Started),
+}
+
+struct Upgrade {
+    request: Request<hyper::body::Incoming>,
+    raw_head: Option<RawHead>,
+    received: u64,
+    /// Until the app has accepted or denied the WebSocket.
+    open_stream: OpenStream,
+}
+
+/// A request whose app has started, waiting for the response head.
+struct Started {
+    head_rx: oneshot::Receiver<Response<ResponseBody>>,
+    exchange: Arc<Exchange>,
+    /// Tells the app the client is gone if hyper drops the request before the head.
+    guard: DisconnectOnDrop,
+    /// Until the response's last byte: a streamed body takes it over.
+    open_stream: OpenStream,
+    http10: bool,
+}
+
+impl Started {
+    async fn response(mut self, settings: &Settings) -> Response<ResponseBody> {
+        let mut response = (&mut self.head_rx)
+            .await
+            .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, settings));
+        self.guard.0 = None;
+        drop(self.exchange.take_spent_head());
+        if self.http10
+            && response.body().is_streamed()
+            && !response.headers().contains_key(CONTENT_LENGTH)
+        {
+            // HTTP/1.0 has no chunks: this body ends at the close. Said as HTTP/1.0, the
+            // response closes the connection; said as HTTP/1.1 (hyper's default), hyper would
+            // add `connection: keep-alive` to a keep-alive request's answer and close all the
+            // same.
+            *response.version_mut() = http::Version::HTTP_10;
+        }
+        response.body_mut().hold(self.open_stream);
+        response
+    }
+}
+
+/// Refuses the request, answers it, hands it to `ws::upgrade`, or starts the app on it.
+fn begin(request: Request<IncomingBody>, conn: &Arc<Connection>, server: &Arc<Server>) -> Begun {
     // The metrics time every request; the trace alone marks only when it is on.
     let received = if server.metrics.is_some() {
         trace::now_mark()
@@ -72,10 +146,9 @@ async fn respond(
         http::Version::HTTP_3 => Protocol::H3,
         _ => Protocol::Http1,
     };
-    let counted = |response| answered(&server, protocol, received, response);
+    let answer = |response| Begun::Answered(answered(server, protocol, received, response));
     // Taken first, whatever happens to the request, to stay in step with hyper's order.
     let raw_head = conn.heads.take();
-    // Until the response's last byte: a streamed body takes it over below.
     let open_stream = conn.streams.open();
     let settings = &server.settings;
     let state = &server.state;
@@ -85,37 +158,33 @@ async fn respond(
         log_line(&server.py, WARNING, &line);
     }
     if !state.start_request(settings.limit_concurrency) {
-        return Ok(counted(plain_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            settings,
-        )));
+        return answer(plain_response(StatusCode::SERVICE_UNAVAILABLE, settings));
     }
     if raw_head.as_ref().is_some_and(|head| head.ambiguous) {
         state.request_finished();
-        return Ok(counted(closing_response(StatusCode::BAD_REQUEST, settings)));
+        return answer(closing_response(StatusCode::BAD_REQUEST, settings));
     }
     if let Some(status) = refusal(&request, raw_head.is_some(), settings) {
         state.request_finished();
-        return Ok(counted(closing_response(status, settings)));
+        return answer(closing_response(status, settings));
     }
     let path = request.uri().path();
-    if let Some(answer) = server.diagnostics.answer(path, &server.bridge, settings) {
+    if let Some(response) = server.diagnostics.answer(path, &server.bridge, settings) {
         state.request_finished();
-        return Ok(counted(answer));
+        return answer(response);
     }
     if settings.websockets && ws::is_upgrade(&request) {
         // An upgrade is HTTP/1.1's or HTTP/2's (`is_upgrade`): hyper's body, always.
         let (parts, IncomingBody::Hyper(body)) = request.into_parts() else {
             state.request_finished();
-            return Ok(counted(plain_response(
-                StatusCode::NOT_IMPLEMENTED,
-                settings,
-            )));
+            return answer(plain_response(StatusCode::NOT_IMPLEMENTED, settings));
         };
-        let request = Request::from_parts(parts, body);
-        let answer = ws::upgrade(request, raw_head, &conn.info, server.clone()).await;
-        let answer = answered(&server, Protocol::Ws, received, answer);
-        return Ok(answer.map(ResponseBody::full));
+        return Begun::Upgrade(Box::new(Upgrade {
+            request: Request::from_parts(parts, body),
+            raw_head,
+            received,
+            open_stream,
+        }));
     }
     let (parts, body) = request.into_parts();
     let http10 = parts.version == http::Version::HTTP_10;
@@ -140,20 +209,20 @@ async fn respond(
     ));
     // Built only when an access log line will be written: it costs two allocations (and
     // what `--access-log-format` asks for).
-    let access = server.py.access_logger.is_some().then(|| {
+    let mut access = server.py.access_logger.is_some().then(|| {
         let format = settings.access_log_format.as_ref();
         AccessEntry::new(&parts, &conn.info, &forwarded, format)
     });
-    let mut guard = DisconnectOnDrop(Some(exchange.clone()));
-    let mut access = access;
+    let guard = DisconnectOnDrop(Some(exchange.clone()));
     // Boxed: it moves to the loop's thread and back into the exchange (`keep_spent_head`).
     let head = Box::new(RequestHead {
         parts,
         raw: raw_head,
         forwarded,
     });
-    let begin = {
+    let start = {
         let exchange = exchange.clone();
+        let conn = conn.clone();
         move |py: Python<'_>| {
             if let Err(err) = start_app(py, &exchange, head, &conn.info, &mut access, received) {
                 // Calling the app raised before there was a coroutine (say, a sync callable):
@@ -170,7 +239,7 @@ async fn respond(
         bridge.start_on_loop(Box::new(move |py| {
             let trace = &waiting.bridge.trace;
             trace.record_since(&trace.gil_wait, queued);
-            begin(py);
+            start(py);
         }));
     } else {
         let asked_for_gil = bridge.trace.mark();
@@ -178,22 +247,16 @@ async fn respond(
             bridge
                 .trace
                 .record_since(&bridge.trace.gil_wait, asked_for_gil);
-            begin(py);
+            start(py);
         });
     }
-    let mut response = head_rx
-        .await
-        .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, settings));
-    guard.0 = None;
-    drop(exchange.take_spent_head());
-    if http10 && response.body().is_streamed() && !response.headers().contains_key(CONTENT_LENGTH) {
-        // HTTP/1.0 has no chunks: this body ends at the close. Said as HTTP/1.0, the response
-        // closes the connection; said as HTTP/1.1 (hyper's default), hyper would add
-        // `connection: keep-alive` to a keep-alive request's answer and close all the same.
-        *response.version_mut() = http::Version::HTTP_10;
-    }
-    response.body_mut().hold(open_stream);
-    Ok(response)
+    Begun::Started(Started {
+        head_rx,
+        exchange,
+        guard,
+        open_stream,
+        http10,
+    })
 }
 
 /// Counts a response the server made without the app (a refusal, a diagnostics route, a

@@ -301,9 +301,9 @@ async fn serve_connection(
         conn: conn.clone(),
         idle_timeout: first_request_timeout,
     };
-    // Not boxed, though hyper then keeps room for it on idle connections: freeing a box that is
-    // alone in its page hands the page back to the system (purge delay 0), a `madvise` and page
-    // faults per request.
+    // The request's future is not boxed (hyper keeps room for it in the connection; `handle`
+    // keeps it small): freeing a box that is alone in its page hands the page back to the
+    // system (purge delay 0), a `madvise` and page faults per request.
     let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
         handle(
             request.map(IncomingBody::Hyper),
