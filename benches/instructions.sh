@@ -1,17 +1,21 @@
 #!/bin/bash
 # User-space instructions per request of a ferrule server, under callgrind: steadier than
 # requests/s on a noisy machine (this VM has no hardware counters for `perf stat`), so small
-# changes can be compared. Warm-up of 500 requests, then N measured ones (h2load --h1 -c50).
+# changes can be compared. Warm-up of 500 requests, then N measured ones (h2load --h1 -c50, or
+# with --h2 over HTTP/2 without TLS, -c10 -m10 as the HTTP/2 hello benchmark).
 #
-#   benches/instructions.sh [--ferrule-path DIR] LOOP PATH [N] [APP]
+#   benches/instructions.sh [--ferrule-path DIR] [--h2] LOOP PATH [N] [APP]
 #   benches/instructions.sh --ferrule-path /tmp/ferrule-rel uvloop /hello 2000
 #   benches/instructions.sh asyncio /async 1000 fastapi_app:app
+#   benches/instructions.sh --h2 asyncio /hello 2000    # HTTP/2 (h2c): h2load -c10 -m10
 #
 # Prints `Ir/request`; the callgrind file is kept for callgrind_annotate. FERRULE_ARGS adds
 # server options (FERRULE_ARGS="--metrics --metrics-port 0": the cost of the metrics).
 set -euo pipefail
 FERRULE_PATH=""
 if [ "${1:-}" = "--ferrule-path" ]; then FERRULE_PATH=$2; shift 2; fi
+CLIENTS=(--h1 -c 50)
+if [ "${1:-}" = "--h2" ]; then CLIENTS=(-c 10 -m 10); shift; fi
 LOOP=${1:?loop: asyncio or uvloop}
 TARGET=${2:?path, e.g. /hello}
 N=${3:-2000}
@@ -34,7 +38,7 @@ if [ "$TARGET" = "/echo" ]; then  # h2load POSTs a file's contents
     head -c 10240 /dev/zero | tr '\0' x > "$OUT.body"
     BODY=(-d "$OUT.body")
 fi
-load() { h2load --h1 -n "$1" -c 50 "${BODY[@]}" "http://127.0.0.1:$PORT$TARGET" > /dev/null; }
+load() { h2load -n "$1" "${CLIENTS[@]}" "${BODY[@]}" "http://127.0.0.1:$PORT$TARGET" > /dev/null; }
 load 500
 callgrind_control -z "$SERVER" > /dev/null 2>&1
 load "$N"
