@@ -249,6 +249,10 @@ fn begin(request: Request<IncomingBody>, conn: &Arc<Connection>, server: &Arc<Se
                 .record_since(&bridge.trace.gil_wait, asked_for_gil);
             start(py);
         });
+        // Done with on this thread, before hyper reads on (it reads while a request is in
+        // progress, to notice the client leaving): the head's header values share hyper's
+        // read buffer, which hyper would otherwise replace with a new one.
+        drop(exchange.take_spent_head());
     }
     Begun::Started(Started {
         head_rx,
