@@ -20,6 +20,8 @@ pub struct LiveState {
     requests_left: Option<RequestLimit>,
     /// Becomes `Some(timeout)` when shutdown starts (WebSockets then close with 1012).
     stop: watch::Sender<Stop>,
+    /// Whether shutdown has started, read by every request (`is_stopping`).
+    stopping: AtomicBool,
     /// WebSocket sessions whose app has not returned. Upgraded connections leave hyper's
     /// graceful shutdown, so shutdown waits for this to reach 0 as well.
     pub ws_sessions: watch::Sender<usize>,
@@ -36,6 +38,7 @@ impl LiveState {
                 graceful: settings.timeout_graceful_shutdown,
             }),
             stop: watch::Sender::new(None),
+            stopping: AtomicBool::new(false),
             ws_sessions: watch::Sender::new(0),
         }
     }
@@ -56,6 +59,7 @@ impl LiveState {
                         let starting = stop.is_none();
                         if starting {
                             *stop = Some(limit.graceful);
+                            self.stopping.store(true, Ordering::Release);
                         }
                         starting
                     });
@@ -93,7 +97,13 @@ impl LiveState {
 
     /// Stops the server: in-flight requests get `timeout` (for ever if `None`).
     pub fn stop(&self, timeout: Option<Duration>) {
+        self.stopping.store(true, Ordering::Release);
         self.stop.send_replace(Some(timeout));
+    }
+
+    /// Whether shutdown has started.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
     }
 
     /// Told when the server is asked to stop.

@@ -5,8 +5,8 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 
-use http::header::CONTENT_LENGTH;
-use http::{Request, Response, StatusCode};
+use http::header::{CONNECTION, CONTENT_LENGTH};
+use http::{HeaderValue, Request, Response, StatusCode};
 use pyo3::prelude::*;
 use tokio::sync::oneshot;
 
@@ -52,6 +52,7 @@ pub(crate) fn handle(
     conn: Arc<Connection>,
     server: Arc<Server>,
 ) -> impl Future<Output = Result<Response<ResponseBody>, Infallible>> + Send {
+    let http1 = request.version() < http::Version::HTTP_2;
     let begun = begin(request, &conn, &server);
     async move {
         let mut response = match begun {
@@ -67,19 +68,30 @@ pub(crate) fn handle(
                 let answer = Box::pin(ws::upgrade(request, raw_head, &conn.info, server.clone()));
                 let answer = answered(&server, Protocol::Ws, received, answer.await);
                 drop(open_stream);
-                answer.map(ResponseBody::full)
+                return Ok(with_alt_svc(answer.map(ResponseBody::full), &conn));
             }
             Begun::Started(started) => started.response(&server.settings).await,
         };
-        if let Some(alt_svc) = &conn.alt_svc {
-            // The app's own Alt-Svc, if it set one, wins.
-            let headers = response.headers_mut();
-            headers
-                .entry(http::header::ALT_SVC)
-                .or_insert_with(|| alt_svc.clone());
+        if http1 && server.state.is_stopping() {
+            // hyper adds this only when told to finish before the response is made, which a
+            // stop does not always manage (the app may answer within the same poll).
+            let close = HeaderValue::from_static("close");
+            response.headers_mut().insert(CONNECTION, close);
         }
-        Ok(response)
+        Ok(with_alt_svc(response, &conn))
     }
+}
+
+/// Adds the connection's Alt-Svc (`--http3`) to a response that has none.
+fn with_alt_svc(mut response: Response<ResponseBody>, conn: &Connection) -> Response<ResponseBody> {
+    if let Some(alt_svc) = &conn.alt_svc {
+        // The app's own Alt-Svc, if it set one, wins.
+        let headers = response.headers_mut();
+        headers
+            .entry(http::header::ALT_SVC)
+            .or_insert_with(|| alt_svc.clone());
+    }
+    response
 }
 
 /// What became of a request by the time the app has been started.
