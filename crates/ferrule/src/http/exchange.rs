@@ -156,12 +156,12 @@ impl Exchange {
         }
     }
 
-    /// Keeps the request's head, its scope built, for the tokio thread to drop
-    /// (`take_spent_head`): at once after the app's start when that ran there, else when the
-    /// response head is out. Its header values share hyper's read buffer, and freed on the
-    /// loop's thread (`--loop uvloop` starts apps there) the buffer's memory went back to the
-    /// system and was faulted in again, a page every few requests. Kept before the app runs,
-    /// so it is here when the response head is.
+    /// Keeps the request's head, its scope built on the loop's thread (`--loop uvloop` starts
+    /// apps there), for the tokio thread to drop when the response head is out
+    /// (`take_spent_head`). Its header values share hyper's read buffer, and freed on the
+    /// loop's thread the buffer's memory went back to the system and was faulted in again, a
+    /// page every few requests. Kept before the app runs, so it is here when the response
+    /// head is.
     pub(super) fn keep_spent_head(&self, head: Box<RequestHead>) {
         self.state.lock().unwrap().spent_head = Some(head);
     }

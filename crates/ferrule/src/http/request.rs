@@ -261,10 +261,6 @@ fn begin(request: Request<IncomingBody>, conn: &Arc<Connection>, server: &Arc<Se
                 .record_since(&bridge.trace.gil_wait, asked_for_gil);
             start(py);
         });
-        // Done with on this thread, before hyper reads on (it reads while a request is in
-        // progress, to notice the client leaving): the head's header values share hyper's
-        // read buffer, which hyper would otherwise replace with a new one.
-        drop(exchange.take_spent_head());
     }
     Begun::Started(Started {
         head_rx,
@@ -393,7 +389,14 @@ fn start_app(
         .py
         .request_context
         .run(py, || call_app(py, exchange, &head, conn));
-    exchange.keep_spent_head(head);
+    if server.bridge.starts_on_loop() {
+        exchange.keep_spent_head(head);
+    } else {
+        // On the tokio thread already: the head goes here, before hyper reads on (it reads
+        // while a request is in progress, to notice the client leaving). Its header values
+        // share hyper's read buffer, which hyper would otherwise replace with a new one.
+        drop(head);
+    }
     let (coro, context) = called?;
     // From here the completion owns the access info; if making the job fails, the caller's
     // fallback logs the error without an access line.
