@@ -3,8 +3,10 @@
 # Both servers run at once on CPU 0 (the idle one costs nothing), wrk on CPU 1 measures them
 # in alternated 5-second runs after a warm-up, so both see the same minute of this machine.
 #
-#   benches/ab.sh [--loop asyncio|uvloop] [--rounds N] [--app MODULE:APP] [--post-kib N] PATH DIR_A DIR_B
+#   benches/ab.sh [--loop asyncio|uvloop] [--rounds N] [--app MODULE:APP] [--post-kib N] [--h2]
+#                 PATH DIR_A DIR_B
 #   benches/ab.sh --rounds 5 /hello /tmp/ferrule-before /tmp/ferrule-after
+#   benches/ab.sh --h2 /hello /tmp/ferrule-before /tmp/ferrule-after   # HTTP/2: h2load -c10 -m10
 #   benches/ab.sh --app fastapi_app:app /sync /tmp/ferrule-before /tmp/ferrule-after
 #
 # Each run prints requests/s and the server's CPU time (user + system, all threads, from
@@ -17,9 +19,10 @@
 # ENV_A and ENV_B set environment variables for one side (NAME=VALUE ..., as `env` takes them):
 #   ENV_B="MIMALLOC_PURGE_DELAY=0" benches/ab.sh /hello /tmp/ferrule-rel /tmp/ferrule-rel
 set -euo pipefail
-LOOP=uvloop ROUNDS=4 APP=apps:app POST_KIB=
+LOOP=uvloop ROUNDS=4 APP=apps:app POST_KIB= H2=
 while [ $# -gt 3 ]; do
     case $1 in
+        --h2) H2=1; shift ;;
         --loop) LOOP=$2; shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
         --app) APP=$2; shift 2 ;;
@@ -36,6 +39,17 @@ if [ -n "$POST_KIB" ]; then
     echo "wrk.method = \"POST\"; wrk.body = string.rep(\"x\", $POST_KIB * 1024)" > "$LUA"
     WRK_SCRIPT=(-s "$LUA")
 fi
+# The load for $2 seconds against URL $1, as wrk reports it ("N requests in", "Requests/sec").
+load() {
+    if [ -z "$H2" ]; then
+        taskset -c 1 wrk -t1 -c50 -d"$2" "${WRK_SCRIPT[@]}" "$1"
+        return
+    fi
+    # HTTP/2 without TLS (h2c), as the HTTP/2 hello scenario; h2load's summary said wrk's way.
+    taskset -c 1 h2load -c10 -m10 -D "$2" "$1" | awk '
+        /^finished in/ {r = $4} /^requests:/ {n = $8}
+        END {print n " requests in"; print "Requests/sec: " r}'
+}
 PYTHONPATH=$A env ${ENV_A:-} taskset -c 0 python3 -m ferrule "$APP" --port "$PORT_A" --loop "$LOOP" \
     --no-access-log ${ARGS_A:-} > /dev/null 2>&1 &
 SERVER_A=$!
@@ -45,7 +59,7 @@ SERVER_B=$!
 trap 'kill -INT $SERVER_A $SERVER_B 2>/dev/null || true; wait' EXIT
 for port in $PORT_A $PORT_B; do
     for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port$TARGET" && break; sleep 0.1; done
-    taskset -c 1 wrk -t1 -c50 -d2 "${WRK_SCRIPT[@]}" "http://127.0.0.1:$port$TARGET" > /dev/null
+    load "http://127.0.0.1:$port$TARGET" 2 > /dev/null
 done
 TICKS=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -53,7 +67,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rate() {
     local before after out
     before=$(cpu_ticks "$2")
-    out=$(taskset -c 1 wrk -t1 -c50 -d5 "${WRK_SCRIPT[@]}" "http://127.0.0.1:$1$TARGET")
+    out=$(load "http://127.0.0.1:$1$TARGET" 5)
     after=$(cpu_ticks "$2")
     echo "$out" | awk -v ticks=$((after - before)) -v hz="$TICKS" '
         /requests in/ {n = $1} /Requests\/sec/ {r = $2}

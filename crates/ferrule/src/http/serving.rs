@@ -330,6 +330,7 @@ async fn serve_connection(
     let serving = async move {
         let mut finish_when = finish_when;
         if http2 {
+            io.coalesce_writes();
             // HTTP/2's WebSockets are streams (extended CONNECT): no HTTP/1.1 upgrade to allow.
             // Boxed: kept in the task, its room would be taken by every HTTP/1.1 connection too.
             let mut connection = Box::pin(setup.http2.serve_connection(TokioIo::new(io), service));
