@@ -354,10 +354,20 @@ mod tests {
         for round in 1..=2 {
             assert!(io.as_mut().poll_write(&mut cx, b"ab").is_pending());
             assert_eq!(wakes.0.load(std::sync::atomic::Ordering::Relaxed), round);
-            assert!(matches!(io.as_mut().poll_write(&mut cx, b"ab"), Poll::Ready(Ok(2))));
-            assert!(matches!(io.as_mut().poll_write(&mut cx, b"cd"), Poll::Ready(Ok(2))));
+            assert!(matches!(
+                io.as_mut().poll_write(&mut cx, b"ab"),
+                Poll::Ready(Ok(2))
+            ));
+            assert!(matches!(
+                io.as_mut().poll_write(&mut cx, b"cd"),
+                Poll::Ready(Ok(2))
+            ));
             assert!(io.as_mut().poll_flush(&mut cx).is_ready());
-            assert_eq!(io.inner.0, 2 * round, "the writes after the wait go through");
+            assert_eq!(
+                io.inner.0,
+                2 * round,
+                "the writes after the wait go through"
+            );
         }
     }
 
