@@ -20,6 +20,8 @@ back with ``GET /_record?key=K``):
   ``RuntimeError("ws failure after accept T")``.
 - ``/return-before``: return without accepting.
 - ``/return-after``: accept, send ``"accepted"``, return without closing.
+- ``/burst?n=N``: accept, wait for one message, send the texts ``"0"`` to ``"N-1"`` one after
+  another without yielding to the loop, then echo like ``/echo``.
 - ``/send-after-disconnect``: accept, wait for ``websocket.disconnect``, then try to send; record
   ``{"disconnect": message, "raised": bool, "exception": name, "oserror": bool}``.
 
@@ -149,6 +151,12 @@ async def websocket(scope: dict[str, Any], receive: Any, send: Any) -> None:
     elif path == "/return-after":
         await send({"type": "websocket.accept"})
         await send({"type": "websocket.send", "text": "accepted"})
+    elif path == "/burst":
+        await send({"type": "websocket.accept"})
+        await receive()
+        for i in range(int(params.get("n", "100"))):
+            await send({"type": "websocket.send", "text": str(i)})
+        record_disconnect(key, await echo_until_disconnect(receive, send))
     elif path == "/send-after-disconnect":
         await send({"type": "websocket.accept"})
         while True:
