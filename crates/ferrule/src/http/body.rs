@@ -5,12 +5,19 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use tokio::sync::{mpsc, Notify};
 
 use super::streams::OpenStream;
+
+/// Chunks smaller than this that wait in the channel together are joined into one frame:
+/// hyper writes an HTTP/1.1 body out every 16 frames, so 1 KiB chunks cost a system call per
+/// 16 KiB. Larger chunks go as they are, uncopied.
+const JOIN_BELOW: usize = 4 * 1024;
+/// The most a joined frame holds (HTTP/2's default frame size).
+const JOINED_MAX: usize = 16 * 1024;
 
 /// The response body hyper polls: all at once, or streamed from the app through a channel.
 pub enum ResponseBody {
@@ -55,6 +62,8 @@ pub struct StreamBody {
     open_stream: Option<OpenStream>,
     /// The app failed mid-body and hyper was given a chance to flush first (`poll_frame`).
     flushed_before_abort: bool,
+    /// A chunk taken from the channel that did not fit the frame being joined: the next frame.
+    held: Option<Bytes>,
 }
 
 impl ResponseBody {
@@ -87,6 +96,7 @@ impl ResponseBody {
             sent: 0,
             open_stream: None,
             flushed_before_abort: false,
+            held: None,
         })
     }
 }
@@ -123,12 +133,10 @@ impl Body for ResponseBody {
                     .filter(|b| !b.is_empty())
                     .map(|b| Ok(Frame::data(b))),
             ),
-            ResponseBody::Stream(stream) => match stream.rx.poll_recv(cx) {
+            ResponseBody::Stream(stream) => match stream.next_chunk(cx) {
                 Poll::Ready(Some(chunk)) => {
+                    let chunk = stream.join_queued(chunk);
                     stream.sent += chunk.len() as u64;
-                    let queue = stream.source.queue();
-                    queue.queued.fetch_sub(chunk.len(), Ordering::AcqRel);
-                    queue.drained.notify_one();
                     Poll::Ready(Some(Ok(Frame::data(chunk))))
                 }
                 Poll::Ready(None) => {
@@ -171,6 +179,52 @@ impl Body for ResponseBody {
             }
             ResponseBody::Stream(_) => SizeHint::default(),
         }
+    }
+}
+
+impl StreamBody {
+    /// The next chunk the app sent, taken out of the channel (which makes room for `send()`).
+    fn next_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        if let Some(chunk) = self.held.take() {
+            return Poll::Ready(Some(chunk));
+        }
+        let chunk = std::task::ready!(self.rx.poll_recv(cx));
+        if let Some(chunk) = &chunk {
+            self.taken(chunk.len());
+        }
+        Poll::Ready(chunk)
+    }
+
+    /// `first` with the small chunks queued behind it, up to `JOINED_MAX`: what has already
+    /// arrived, never a wait for more.
+    fn join_queued(&mut self, first: Bytes) -> Bytes {
+        if first.len() >= JOIN_BELOW {
+            return first;
+        }
+        let mut joined: Option<BytesMut> = None;
+        while let Ok(next) = self.rx.try_recv() {
+            self.taken(next.len());
+            let len = joined.as_ref().map_or(first.len(), BytesMut::len);
+            if next.len() >= JOIN_BELOW || len + next.len() > JOINED_MAX {
+                self.held = Some(next);
+                break;
+            }
+            joined
+                .get_or_insert_with(|| {
+                    let mut buf = BytesMut::with_capacity(JOINED_MAX);
+                    buf.extend_from_slice(&first);
+                    buf
+                })
+                .extend_from_slice(&next);
+        }
+        joined.map_or(first, BytesMut::freeze)
+    }
+
+    /// `len` bytes left the channel: room for the app's next `send()`.
+    fn taken(&self, len: usize) {
+        let queue = self.source.queue();
+        queue.queued.fetch_sub(len, Ordering::AcqRel);
+        queue.drained.notify_one();
     }
 }
 

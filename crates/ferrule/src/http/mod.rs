@@ -10,7 +10,7 @@
 //! - `streams`: `OpenStreams`, the requests (HTTP/2 streams) in progress on a connection;
 //! - `heads`: the raw request heads, recorded as hyper reads them (header order, framing);
 //! - `recording_io`: `RecordingIo`, the socket as hyper reads it, through the head recorder;
-//!   it also tells HTTP/1.1 from HTTP/2 by the client's first bytes;
+//!   it also tells HTTP/1.1 from HTTP/2 by the client's first bytes, and gathers HTTP/2's writes;
 //! - `exchange`: `Exchange`, what hyper's side and the app's side share for one request;
 //! - `callables`: the ASGI `receive` / `send` callables (`HttpReceive`, `HttpSend`);
 //! - `incoming`: `IncomingBody`, a request body from hyper or from an HTTP/3 stream;

@@ -5,6 +5,9 @@
 //! Held-back bytes are handed on together with whatever has arrived behind them, in one read:
 //! handed back alone, hyper would find the head incomplete and double its 8 KiB read buffer to
 //! 16 KiB, which every idle keep-alive connection would keep.
+//!
+//! On HTTP/2 it also gathers writes: each round of them waits once for the tasks already
+//! runnable (`coalesce_writes`), so the responses they finish go out together.
 
 use std::io;
 use std::pin::Pin;
