@@ -682,3 +682,14 @@ def send_in_background(conn: RawConnection, data: bytes) -> threading.Thread:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+#: Offset of ``tcpi_data_segs_in`` (segments with data received) in Linux's ``struct tcp_info``.
+TCPI_DATA_SEGS_IN = 152
+
+
+def data_segments_in(sock: socket.socket) -> int:
+    """How many TCP segments with data ``sock`` has received (Linux ``TCP_INFO``): with the
+    server's ``TCP_NODELAY``, about how many writes the server made to it."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    return int.from_bytes(info[TCPI_DATA_SEGS_IN : TCPI_DATA_SEGS_IN + 4], "little")

