@@ -24,20 +24,14 @@ PORT=${PORT:-8390}
 PYTHON=$(python3 -c 'import sys; print(sys.executable)')  # not a shim: valgrind must see python
 OUT=$(mktemp -d /tmp/ferrule-callgrind.XXXXXX)/callgrind.out
 cd "$(dirname "$0")"
+. ./load_helpers.sh
 PYTHONPATH=$FERRULE_PATH valgrind --tool=callgrind --callgrind-out-file="$OUT" \
     "$PYTHON" -m ferrule "$APP" --port "$PORT" --loop "$LOOP" --no-access-log ${FERRULE_ARGS:-} \
     > "$OUT.log" 2>&1 &
 SERVER=$!
 trap 'kill -INT $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 120); do
-    curl -s -o /dev/null "http://127.0.0.1:$PORT$TARGET" && break
-    sleep 1
-done
-BODY=()
-if [ "$TARGET" = "/echo" ]; then  # h2load POSTs a file's contents
-    head -c 10240 /dev/zero | tr '\0' x > "$OUT.body"
-    BODY=(-d "$OUT.body")
-fi
+wait_serving "http://127.0.0.1:$PORT$TARGET" 120 1
+body_for "$TARGET" "$(dirname "$OUT")"
 load() { h2load -n "$1" "${CLIENTS[@]}" "${BODY[@]}" "http://127.0.0.1:$PORT$TARGET" > /dev/null; }
 load 500
 callgrind_control -z "$SERVER" > /dev/null 2>&1

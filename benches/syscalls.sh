@@ -22,19 +22,13 @@ APP=${3:-apps:app}
 PORT=${PORT:-8391}
 OUT=$(mktemp -d /tmp/ferrule-syscalls.XXXXXX)
 cd "$(dirname "$0")"
+. ./load_helpers.sh
 PYTHONPATH=$FERRULE_PATH taskset -c 0 python3 -m ferrule "$APP" --port "$PORT" --loop "$LOOP" \
     --no-access-log ${FERRULE_ARGS:-} > "$OUT/server.log" 2>&1 &
 SERVER=$!
 trap 'kill -INT $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-    curl -s -o /dev/null "http://127.0.0.1:$PORT$TARGET" && break
-    sleep 0.1
-done
-BODY=()
-if [ "$TARGET" = "/echo" ]; then  # h2load POSTs a file's contents
-    head -c 10240 /dev/zero | tr '\0' x > "$OUT/body"
-    BODY=(-d "$OUT/body")
-fi
+wait_serving "http://127.0.0.1:$PORT$TARGET" 100 0.1
+body_for "$TARGET" "$OUT"
 load() { taskset -c 1 h2load -D "$1" "${CLIENTS[@]}" "${BODY[@]}" "http://127.0.0.1:$PORT$TARGET"; }
 load 2 > /dev/null
 EVENTS=(raw_syscalls:sys_enter context-switches page-faults)
