@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ferrule.settings import markdown
+from ferrule.settings_markdown import markdown
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
 

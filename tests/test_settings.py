@@ -10,7 +10,8 @@ from pathlib import Path
 
 import ferrule
 import pytest
-from ferrule.settings import SETTINGS, markdown
+from ferrule.settings import SETTINGS
+from ferrule.settings_markdown import markdown
 from serverutil import ferrule_command, run_to_exit, running_server
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,16 +13,9 @@ import traceback
 from typing import Any
 
 from ferrule._logging import apply_log_config
+from ferrule.checks import DEFAULT_HEAD_SIZE, as_list, parse_header
 from ferrule.interface import InterfaceError, adapt
-from ferrule.settings import (
-    BY_NAME,
-    DEFAULT_HEAD_SIZE,
-    KEY_PASSWORD_ENV,
-    SETTINGS,
-    SettingError,
-    as_list,
-    parse_header,
-)
+from ferrule.settings import BY_NAME, KEY_PASSWORD_ENV, SETTINGS, SettingError
 
 __all__ = [
     "KEY_PASSWORD_ENV",

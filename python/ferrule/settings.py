@@ -11,12 +11,37 @@ adding it here and using it where it acts (``config.NAME`` in Python, a field of
 from __future__ import annotations
 
 import argparse
-import os
-import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ferrule.checks import (
+    DEFAULT_HEAD_SIZE,
+    HTTP_CHOICES,
+    INTERFACE_CHOICES,
+    LIFESPANS,
+    LOG_LEVELS,
+    LOOPS,
+    SSL_CIPHERS,
+    SSL_VERSIONS,
+    WS_CHOICES,
+    _access_log_format,
+    _at_least,
+    _choice,
+    _directories,
+    _head_size,
+    _header,
+    _headers,
+    _log_level,
+    _port,
+    _protocol,
+    _refused_ssl_context_factory,
+    _reload_delay,
+    _seconds_or_zero,
+    _ssl_ciphers,
+    _ssl_version,
+    as_list,
+)
 from ferrule.interface import INTERFACES
 
 #: The groups, in the order ``--help`` and ``docs/settings.md`` show them.
@@ -107,195 +132,6 @@ class SettingError(ValueError):
         self.setting = setting
         self.problem = problem
 
-
-# Checks: each normalises one value or raises ValueError saying what is wrong with it (the
-# caller names the setting).
-
-
-def _at_least(low: int) -> Callable[[Any], Any]:
-    def check(value: Any) -> Any:
-        if value is not None and value < low:
-            raise ValueError(f"must be at least {low}, not {value}")
-        return value
-
-    return check
-
-
-def _choice(aliases: dict[str, str]) -> Callable[[Any], Any]:
-    def check(value: Any) -> Any:
-        if value not in aliases:
-            raise ValueError(f"must be one of {', '.join(aliases)}, not {value!r}")
-        return aliases[value]
-
-    return check
-
-
-def _protocol(aliases: dict[str, str], h1_names: tuple[str, ...] = ()) -> Callable[[Any], Any]:
-    """A choice, or one of uvicorn's protocol classes (``Config(http=H11Protocol)``), taken for
-    what it implements: HTTP/1.1 alone for h11's and httptools', else ``auto``."""
-    choice = _choice(aliases)
-
-    def check(value: Any) -> Any:
-        if isinstance(value, str):
-            return choice(value)
-        if isinstance(value, type):
-            name = value.__name__.lower()
-            return "1" if any(h1 in name for h1 in h1_names) else "auto"
-        raise ValueError(f"must be one of {', '.join(aliases)} or a protocol class, not {value!r}")
-
-    return check
-
-
-def _refused_ssl_context_factory(value: Any) -> None:
-    if value is not None:
-        raise ValueError(
-            "ferrule's TLS is rustls, which cannot use an ssl.SSLContext: give ssl_certfile and "
-            "ssl_keyfile (and ssl_ca_certs, ssl_cert_reqs) instead"
-        )
-
-
-def _port(value: int) -> int:
-    if not 0 <= value <= 65535:
-        raise ValueError(f"must be a port number, 0 to 65535, not {value}")
-    return value
-
-
-def _seconds_or_zero(value: float) -> float:
-    if not 0 <= value < float("inf"):
-        raise ValueError(f"must be 0 (no health check) or more seconds, not {value}")
-    return value
-
-
-def _reload_delay(value: float) -> float:
-    if not 0 < value < float("inf"):
-        raise ValueError(f"must be more than 0 seconds, not {value}")
-    return value
-
-
-def _log_level(value: str | int | None) -> str | int | None:
-    if value is None or isinstance(value, int):
-        return value
-    if not isinstance(value, str) or value.lower() not in LOG_LEVELS:
-        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)} or a number, not {value!r}")
-    return value.lower()
-
-
-def _access_log_format(value: str | None) -> str | None:
-    """The format as the server core will parse it (one parser: the core's)."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValueError(f"must be a string of atoms such as '%(h)s %(r)s', not {value!r}")
-    from ferrule._ferrule import check_access_log_format
-
-    check_access_log_format(value)
-    return value
-
-
-def as_list(value: list[str] | str | None) -> list[str]:
-    """An option given as one string, a list of them, or nothing, as a list."""
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
-
-
-def _directories(value: list[str] | str | None) -> list[str]:
-    directories = as_list(value)
-    for directory in directories:
-        if not os.path.isdir(directory):
-            raise ValueError(f"{directory!r} is not a directory")
-    return directories
-
-
-def parse_header(text: str) -> tuple[str, str]:
-    """``"Name: value"`` as ``("Name", "value")`` (uvicorn's ``--header`` form)."""
-    name, colon, value = text.partition(":")
-    if not colon or not name.strip():
-        raise ValueError(f"a header must be NAME:VALUE, not {text!r}")
-    return name.strip(), value.strip()
-
-
-def _header(text: str) -> tuple[str, str]:
-    try:
-        return parse_header(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _headers(value: Any) -> list[tuple[str, str]]:
-    return [parse_header(h) if isinstance(h, str) else tuple(h) for h in value or []]
-
-
-#: uvicorn's ``--ssl-version`` values that ask for what rustls does: the highest version both
-#: ends speak (TLS 1.2 or 1.3). uvicorn's default is ``PROTOCOL_TLS_SERVER``.
-SSL_VERSIONS = (int(ssl.PROTOCOL_TLS_SERVER), int(ssl.PROTOCOL_TLS))
-#: uvicorn's old default ``--ssl-ciphers``; no value (OpenSSL's defaults) is its new one.
-SSL_CIPHERS = "TLSv1"
-
-
-def _ssl_version(value: int) -> int:
-    if value not in SSL_VERSIONS:
-        raise ValueError(
-            f"{value}: ferrule's TLS (rustls) negotiates TLS 1.3 or 1.2, whichever "
-            "is the highest the client speaks, and cannot be held to one version; leave "
-            f"--ssl-version out, or give {SSL_VERSIONS[0]} (ssl.PROTOCOL_TLS_SERVER, uvicorn's "
-            f"default) or {SSL_VERSIONS[1]} (ssl.PROTOCOL_TLS), which mean just that"
-        )
-    return value
-
-
-def _ssl_ciphers(value: str | None) -> str | None:
-    if value not in (None, SSL_CIPHERS):
-        raise ValueError(
-            f"{value!r}: ferrule's TLS (rustls) uses its own cipher suites, which "
-            "cannot be chosen: for TLS 1.3 AES-256-GCM, AES-128-GCM and ChaCha20-Poly1305; for "
-            "TLS 1.2 the same with ECDHE (RSA or ECDSA keys); leave --ssl-ciphers out "
-            f"(uvicorn's old default, {SSL_CIPHERS}, is taken to mean the same)"
-        )
-    return value
-
-
-#: The request line and headers allowed in all, by default and at least: 64 KiB is more than
-#: any browser sends; hyper's read buffer, twice the limit, cannot be under 8 KiB.
-DEFAULT_HEAD_SIZE = 64 * 1024
-MIN_HEAD_SIZE = 4096
-
-
-def _head_size(value: int | None) -> int | None:
-    if value is not None and value < MIN_HEAD_SIZE:
-        raise ValueError(f"must be at least {MIN_HEAD_SIZE} bytes, not {value}")
-    return value
-
-
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
-#: uvicorn's ``--http`` implementations (h11, httptools) speak HTTP/1.1 only: ``1`` here.
-#: Its ``zttp`` (HTTP/1.1 and HTTP/2) is what ``auto`` serves.
-HTTP_CHOICES = {
-    "auto": "auto",
-    "1": "1",
-    "2": "2",
-    "h11": "1",
-    "httptools": "1",
-    "zttp": "auto",
-}
-#: uvicorn's ``--ws`` implementations all mean WebSockets on: ``auto`` here.
-WS_CHOICES = {
-    "auto": "auto",
-    "none": "none",
-    "websockets": "auto",
-    "websockets-sansio": "auto",
-    "wsproto": "auto",
-}
-#: uvicorn's ``zuvloop`` is a uvloop; its ``none`` leaves asyncio's default loop.
-LOOPS = {
-    "auto": "auto",
-    "asyncio": "asyncio",
-    "uvloop": "uvloop",
-    "zuvloop": "uvloop",
-    "none": "asyncio",
-}
-LIFESPANS = {"auto": "auto", "on": "on", "off": "off"}
-INTERFACE_CHOICES = {name: name for name in INTERFACES}
 
 #: Where the key password may be given instead of ``--ssl-keyfile-password``, out of sight of
 #: ``ps``.
@@ -881,52 +717,3 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 BY_NAME = {setting.name: setting for setting in SETTINGS}
-
-
-def markdown() -> str:
-    """``docs/settings.md``: every setting that is not hidden, by group."""
-    lines = [
-        "# Settings",
-        "",
-        "<!-- Made by `python scripts/settings_doc.py` from `python/ferrule/settings.py`; "
-        "a test fails when the two differ. -->",
-        "",
-        "Every setting is a command-line option of `ferrule APP` and a keyword of "
-        "`ferrule.run(app, ...)` and `ferrule.Config(app, ...)`, with uvicorn's name where "
-        "uvicorn has the option. With `--workers` or `--reload`, each worker process gets the "
-        "parent's settings.",
-        "",
-    ]
-    for group, title in GROUPS.items():
-        members = [s for s in SETTINGS if s.group == group and not s.hidden]
-        if not members:
-            continue
-        lines += [f"## {title}", ""]
-        for setting in members:
-            lines += _markdown_entry(setting)
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def _markdown_entry(setting: Setting) -> list[str]:
-    anchor = setting.option.lstrip("-")
-    usage = setting.option if setting.python_only else _usage(setting)
-    default = setting.describe_default()
-    if setting.default_text is None and setting.default not in (None, [], True, False):
-        default = f"`{default}`"
-    facts = [f"Default: {default}.", f"Python: `{setting.name}`."]
-    if not setting.uvicorn:
-        facts.append("Not in uvicorn.")
-    if setting.choices:
-        facts.insert(0, "One of " + ", ".join(f"`{c}`" for c in setting.choices) + ".")
-    return [f'<a id="{anchor}"></a>', f"### `{usage}`", "", setting.help, "", " ".join(facts), ""]
-
-
-def _usage(setting: Setting) -> str:
-    if setting.form == "switch":
-        return f"{setting.option} / --no-{setting.option[2:]}"
-    if setting.form == "flag":
-        return setting.option
-    metavar = setting.metavar or setting.name.upper()
-    if setting.choices and not setting.metavar:
-        metavar = "{" + ",".join(str(c) for c in setting.choices) + "}"
-    return f"{setting.option} {metavar}"
