@@ -15,7 +15,7 @@ from typing import Any
 from ferrule.interface import INTERFACES
 
 
-def _at_least(low: int) -> Callable[[Any], Any]:
+def at_least(low: int) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         if value is not None and value < low:
             raise ValueError(f"must be at least {low}, not {value}")
@@ -24,7 +24,7 @@ def _at_least(low: int) -> Callable[[Any], Any]:
     return check
 
 
-def _choice(aliases: dict[str, str]) -> Callable[[Any], Any]:
+def choice(aliases: dict[str, str]) -> Callable[[Any], Any]:
     def check(value: Any) -> Any:
         if value not in aliases:
             raise ValueError(f"must be one of {', '.join(aliases)}, not {value!r}")
@@ -33,14 +33,14 @@ def _choice(aliases: dict[str, str]) -> Callable[[Any], Any]:
     return check
 
 
-def _protocol(aliases: dict[str, str], h1_names: tuple[str, ...] = ()) -> Callable[[Any], Any]:
+def protocol(aliases: dict[str, str], h1_names: tuple[str, ...] = ()) -> Callable[[Any], Any]:
     """A choice, or one of uvicorn's protocol classes (``Config(http=H11Protocol)``), taken for
     what it implements: HTTP/1.1 alone for h11's and httptools', else ``auto``."""
-    choice = _choice(aliases)
+    choose = choice(aliases)
 
     def check(value: Any) -> Any:
         if isinstance(value, str):
-            return choice(value)
+            return choose(value)
         if isinstance(value, type):
             name = value.__name__.lower()
             return "1" if any(h1 in name for h1 in h1_names) else "auto"
@@ -49,7 +49,7 @@ def _protocol(aliases: dict[str, str], h1_names: tuple[str, ...] = ()) -> Callab
     return check
 
 
-def _refused_ssl_context_factory(value: Any) -> None:
+def refused_ssl_context_factory(value: Any) -> None:
     if value is not None:
         raise ValueError(
             "ferrule's TLS is rustls, which cannot use an ssl.SSLContext: give ssl_certfile and "
@@ -57,25 +57,25 @@ def _refused_ssl_context_factory(value: Any) -> None:
         )
 
 
-def _port(value: int) -> int:
+def port(value: int) -> int:
     if not 0 <= value <= 65535:
         raise ValueError(f"must be a port number, 0 to 65535, not {value}")
     return value
 
 
-def _seconds_or_zero(value: float) -> float:
+def seconds_or_zero(value: float) -> float:
     if not 0 <= value < float("inf"):
         raise ValueError(f"must be 0 (no health check) or more seconds, not {value}")
     return value
 
 
-def _reload_delay(value: float) -> float:
+def reload_delay(value: float) -> float:
     if not 0 < value < float("inf"):
         raise ValueError(f"must be more than 0 seconds, not {value}")
     return value
 
 
-def _log_level(value: str | int | None) -> str | int | None:
+def log_level(value: str | int | None) -> str | int | None:
     if value is None or isinstance(value, int):
         return value
     if not isinstance(value, str) or value.lower() not in LOG_LEVELS:
@@ -83,7 +83,7 @@ def _log_level(value: str | int | None) -> str | int | None:
     return value.lower()
 
 
-def _access_log_format(value: str | None) -> str | None:
+def access_log_format(value: str | None) -> str | None:
     """The format as the server core will parse it (one parser: the core's)."""
     if value is None:
         return None
@@ -102,7 +102,7 @@ def as_list(value: list[str] | str | None) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def _directories(value: list[str] | str | None) -> list[str]:
+def directories(value: list[str] | str | None) -> list[str]:
     directories = as_list(value)
     for directory in directories:
         if not os.path.isdir(directory):
@@ -118,14 +118,14 @@ def parse_header(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
-def _header(text: str) -> tuple[str, str]:
+def header(text: str) -> tuple[str, str]:
     try:
         return parse_header(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _headers(value: Any) -> list[tuple[str, str]]:
+def headers(value: Any) -> list[tuple[str, str]]:
     return [parse_header(h) if isinstance(h, str) else tuple(h) for h in value or []]
 
 
@@ -136,7 +136,7 @@ SSL_VERSIONS = (int(ssl.PROTOCOL_TLS_SERVER), int(ssl.PROTOCOL_TLS))
 SSL_CIPHERS = "TLSv1"
 
 
-def _ssl_version(value: int) -> int:
+def ssl_version(value: int) -> int:
     if value not in SSL_VERSIONS:
         raise ValueError(
             f"{value}: ferrule's TLS (rustls) negotiates TLS 1.3 or 1.2, whichever "
@@ -147,7 +147,7 @@ def _ssl_version(value: int) -> int:
     return value
 
 
-def _ssl_ciphers(value: str | None) -> str | None:
+def ssl_ciphers(value: str | None) -> str | None:
     if value not in (None, SSL_CIPHERS):
         raise ValueError(
             f"{value!r}: ferrule's TLS (rustls) uses its own cipher suites, which "
@@ -164,7 +164,7 @@ DEFAULT_HEAD_SIZE = 64 * 1024
 MIN_HEAD_SIZE = 4096
 
 
-def _head_size(value: int | None) -> int | None:
+def head_size(value: int | None) -> int | None:
     if value is not None and value < MIN_HEAD_SIZE:
         raise ValueError(f"must be at least {MIN_HEAD_SIZE} bytes, not {value}")
     return value

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ferrule import checks
 from ferrule.checks import (
     DEFAULT_HEAD_SIZE,
     HTTP_CHOICES,
@@ -25,21 +26,6 @@ from ferrule.checks import (
     SSL_CIPHERS,
     SSL_VERSIONS,
     WS_CHOICES,
-    _access_log_format,
-    _at_least,
-    _choice,
-    _directories,
-    _head_size,
-    _header,
-    _headers,
-    _log_level,
-    _port,
-    _protocol,
-    _refused_ssl_context_factory,
-    _reload_delay,
-    _seconds_or_zero,
-    _ssl_ciphers,
-    _ssl_version,
     as_list,
 )
 from ferrule.interface import INTERFACES
@@ -181,7 +167,7 @@ SETTINGS: tuple[Setting, ...] = (
         "receive and send), wsgi (through a2wsgi) or auto (asgi2 for a class or a plain "
         "function of the scope alone, else asgi3).",
         choices=INTERFACES,
-        check=_choice(INTERFACE_CHOICES),
+        check=checks.choice(INTERFACE_CHOICES),
     ),
     Setting(
         "lifespan",
@@ -190,7 +176,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Run the app's lifespan protocol: on (a failure stops the server), off, or auto (on, "
         "but an app that does not support it is served anyway).",
         choices=tuple(LIFESPANS),
-        check=_choice(LIFESPANS),
+        check=checks.choice(LIFESPANS),
     ),
     Setting("root_path", "app", "", "The ASGI root_path: where the app is mounted behind a proxy."),
     Setting(
@@ -209,7 +195,7 @@ SETTINGS: tuple[Setting, ...] = (
         "The event loop: asyncio, uvloop, or auto (uvloop when installed); uvicorn's zuvloop "
         "means uvloop and none asyncio.",
         choices=tuple(LOOPS),
-        check=_choice(LOOPS),
+        check=checks.choice(LOOPS),
     ),
     Setting(
         "reset_contextvars",
@@ -227,7 +213,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Number of worker processes (not with --reload).",
         type=int,
         default_text="$WEB_CONCURRENCY if set, else 1",
-        check=_at_least(1),
+        check=checks.at_least(1),
         inherit=False,
     ),
     Setting(
@@ -238,7 +224,7 @@ SETTINGS: tuple[Setting, ...] = (
         "(an app blocking it); 0: never.",
         type=float,
         metavar="SECONDS",
-        check=_seconds_or_zero,
+        check=checks.seconds_or_zero,
     ),
     Setting(
         "limit_max_requests",
@@ -247,7 +233,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Stop after this many requests (with --workers or --reload, the worker is replaced).",
         type=int,
         metavar="N",
-        check=_at_least(1),
+        check=checks.at_least(1),
     ),
     Setting(
         "limit_max_requests_jitter",
@@ -257,7 +243,7 @@ SETTINGS: tuple[Setting, ...] = (
         "restart at once.",
         type=int,
         metavar="N",
-        check=_at_least(0),
+        check=checks.at_least(0),
     ),
     Setting(
         "workers_max_rss",
@@ -267,7 +253,7 @@ SETTINGS: tuple[Setting, ...] = (
         "serving before it stops (also with one worker).",
         type=int,
         metavar="MiB",
-        check=_at_least(1),
+        check=checks.at_least(1),
         uvicorn=False,
         inherit=False,
     ),
@@ -279,7 +265,7 @@ SETTINGS: tuple[Setting, ...] = (
         "per worker, its replacement serving before it stops (also with one worker).",
         type=int,
         metavar="SECONDS",
-        check=_at_least(1),
+        check=checks.at_least(1),
         uvicorn=False,
         inherit=False,
     ),
@@ -300,7 +286,7 @@ SETTINGS: tuple[Setting, ...] = (
         flag="--reload-dir",
         metavar="DIR",
         default_text="the current directory",
-        check=_directories,
+        check=checks.directories,
         inherit=False,
     ),
     Setting(
@@ -333,7 +319,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds between two looks at the watched files.",
         type=float,
         metavar="SECONDS",
-        check=_reload_delay,
+        check=checks.reload_delay,
         inherit=False,
     ),
     # Timeouts and limits
@@ -382,7 +368,7 @@ SETTINGS: tuple[Setting, ...] = (
         type=int,
         metavar="BYTES",
         default_text=str(DEFAULT_HEAD_SIZE),
-        check=_head_size,
+        check=checks.head_size,
     ),
     Setting(
         "max_connections",
@@ -392,7 +378,7 @@ SETTINGS: tuple[Setting, ...] = (
         type=int,
         metavar="N",
         default_text="what the open-file limit allows, raised to its hard limit",
-        check=_at_least(1),
+        check=checks.at_least(1),
         uvicorn=False,
     ),
     # Logging
@@ -402,7 +388,7 @@ SETTINGS: tuple[Setting, ...] = (
         "info",
         "The server's log level.",
         choices=LOG_LEVELS,
-        check=_log_level,
+        check=checks.log_level,
     ),
     Setting(
         "access_log",
@@ -420,7 +406,7 @@ SETTINGS: tuple[Setting, ...] = (
         "atom); %(c)s is a WebSocket's close code. A '%' is written '%%'.",
         metavar="FORMAT",
         default_text="uvicorn's line, 'CLIENT - \"GET /path HTTP/1.1\" 200 OK'",
-        check=_access_log_format,
+        check=checks.access_log_format,
         uvicorn=False,
     ),
     Setting(
@@ -479,9 +465,9 @@ SETTINGS: tuple[Setting, ...] = (
         "A header to send with every response (repeatable).",
         form="list",
         flag="--header",
-        type=_header,
+        type=checks.header,
         metavar="NAME:VALUE",
-        check=_headers,
+        check=checks.headers,
     ),
     # TLS
     Setting("ssl_certfile", "tls", None, "The certificate chain (PEM).", metavar="FILE"),
@@ -518,7 +504,7 @@ SETTINGS: tuple[Setting, ...] = (
         "itself.",
         type=int,
         metavar="INT",
-        check=_ssl_version,
+        check=checks.ssl_version,
     ),
     Setting(
         "ssl_ciphers",
@@ -527,7 +513,7 @@ SETTINGS: tuple[Setting, ...] = (
         f"Accepted for uvicorn's command lines as {SSL_CIPHERS} only: rustls uses its own "
         "cipher suites (AES-GCM and ChaCha20-Poly1305).",
         metavar="TEXT",
-        check=_ssl_ciphers,
+        check=checks.ssl_ciphers,
     ),
     # WebSockets
     Setting(
@@ -537,7 +523,7 @@ SETTINGS: tuple[Setting, ...] = (
         "WebSockets: auto (on) or none; uvicorn's websockets, websockets-sansio and wsproto "
         "mean auto.",
         choices=tuple(WS_CHOICES),
-        check=_protocol(WS_CHOICES),
+        check=checks.protocol(WS_CHOICES),
     ),
     Setting(
         "ws_max_size",
@@ -555,7 +541,7 @@ SETTINGS: tuple[Setting, ...] = (
         "Client messages queued for the app before the socket stops being read.",
         type=int,
         metavar="N",
-        check=_at_least(1),
+        check=checks.at_least(1),
     ),
     Setting(
         "ws_ping_interval",
@@ -591,7 +577,7 @@ SETTINGS: tuple[Setting, ...] = (
         "HTTP versions: auto (HTTP/1.1, HTTP/2 by prior knowledge, and by ALPN over TLS), 1 or "
         "2; uvicorn's h11 and httptools mean 1, its zttp auto.",
         choices=tuple(HTTP_CHOICES),
-        check=_protocol(HTTP_CHOICES, h1_names=("h11", "httptools")),
+        check=checks.protocol(HTTP_CHOICES, h1_names=("h11", "httptools")),
     ),
     Setting(
         "http2",
@@ -608,7 +594,7 @@ SETTINGS: tuple[Setting, ...] = (
         "client in SETTINGS_MAX_CONCURRENT_STREAMS; a stream past it is refused.",
         type=int,
         metavar="N",
-        check=_at_least(1),
+        check=checks.at_least(1),
         uvicorn=False,
     ),
     Setting(
@@ -645,7 +631,7 @@ SETTINGS: tuple[Setting, ...] = (
         "With --metrics, the port the metrics endpoint listens on (0 picks a free one).",
         type=int,
         metavar="PORT",
-        check=_port,
+        check=checks.port,
         uvicorn=False,
     ),
     # Set from Python only, for programs embedding the server
@@ -672,7 +658,7 @@ SETTINGS: tuple[Setting, ...] = (
         "uvicorn's hook for an ssl.SSLContext: refused, as ferrule's TLS (rustls) cannot use "
         "one; give the certificate and key files.",
         python_only=True,
-        check=_refused_ssl_context_factory,
+        check=checks.refused_ssl_context_factory,
         inherit=False,
     ),
     # Diagnostics: the benchmark suite's hooks, answered from Rust without the app.
