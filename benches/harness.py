@@ -1,5 +1,5 @@
-"""What run.py and stress.py share: the servers, the scenarios, starting a server, running the
-load generators (wrk for HTTP/1.1, h2load for HTTP/2, oha for the open loop)."""
+"""What run.py, report.py, stress.py and ws_bench.py share: the servers, the scenarios, starting a
+server, running the load generators (wrk for HTTP/1.1, h2load for HTTP/2, oha for the open loop)."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ from pathlib import Path
 
 import harness
 from harness import BENCH_DIR, CLIENT_CPU, SERVER_CPU, Server, ServerProcess, scratch_dir
-from run import cpu_model, loadavg, version
+from report import cpu_model, loadavg, version
 from websockets.asyncio.client import connect
 
 APP = "ws_apps:app"
