@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 from serverutil import ServerProcess, running_server
-from test_server_websocket import (
+from test_websocket_http2 import plain_client
+from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
+from wsutil import (
     OP_BINARY,
     OP_CONT,
     OP_PING,
@@ -33,8 +35,6 @@ from test_server_websocket import (
     still_serving,
     ws_connect,
 )
-from test_websocket_http2 import plain_client
-from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
 
 APP = "ws_app:app"
 RSV1 = 4

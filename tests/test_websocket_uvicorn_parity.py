@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 from serverutil import ServerProcess, fetch_record, running_server, start_server
-from test_server_websocket import (
+from websockets.exceptions import ConnectionClosed
+from wsutil import (
     close_code,
     closed_by_server,
     handshake_request,
@@ -20,7 +21,6 @@ from test_server_websocket import (
     run,
     ws_connect,
 )
-from websockets.exceptions import ConnectionClosed
 
 APP = "ws_parity_app:app"
 #: Runs of the racy fragmented-message case.
