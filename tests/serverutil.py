@@ -14,6 +14,7 @@ Imported by the test modules as ``from serverutil import ...`` (``tests/`` is on
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import re
@@ -682,6 +683,15 @@ def send_in_background(conn: RawConnection, data: bytes) -> threading.Thread:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+def import_app(name: str) -> Any:
+    """``module:attr`` from ``tests/apps``, imported into the test process itself (the servers
+    import their apps in their own processes)."""
+    module, _, attr = name.partition(":")
+    if str(APPS_DIR) not in sys.path:
+        sys.path.insert(0, str(APPS_DIR))
+    return getattr(importlib.import_module(module), attr)
 
 
 #: Offset of ``tcpi_data_segs_in`` (segments with data received) in Linux's ``struct tcp_info``.

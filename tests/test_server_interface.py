@@ -5,24 +5,14 @@ an adapter made when the app is loaded, ASGI3 apps as the very object given
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from ferrule.config import Config
 from ferrule.interface import detect
-from serverutil import APPS_DIR, ferrule_command, is_clean_exit, run_to_exit, running_server
-
-
-def _app(name: str) -> Any:
-    module, _, attr = name.partition(":")
-    if str(APPS_DIR) not in sys.path:
-        sys.path.insert(0, str(APPS_DIR))
-    return getattr(importlib.import_module(module), attr)
+from serverutil import ferrule_command, import_app, is_clean_exit, run_to_exit, running_server
 
 
 @pytest.mark.parametrize(
@@ -43,7 +33,7 @@ def test_auto_keeps_asgi3_apps_as_the_same_object(name: str) -> None:
     coroutine function is ASGI2), ``sync_raise_app:app`` was wrapped (and then called with the
     scope alone); with every app wrapped, in the ASGI2 adapter or in a pass-through ASGI3
     one, every case failed (a new object)."""
-    app = _app(name)
+    app = import_app(name)
     assert detect(app) == "asgi3"
     config = Config(app=app, app_dir=None)
     assert config.load_app() is app

@@ -3,7 +3,6 @@ a stalled reader does not block other requests (``streaming_app``)."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 import uuid
@@ -11,10 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 from serverutil import (
-    APPS_DIR,
     ServerProcess,
     data_segments_in,
     fetch_record,
+    import_app,
     request_bytes,
     rss_bytes,
     running_server,
@@ -142,9 +141,7 @@ def test_small_chunks_sent_at_once_go_out_together_whole_and_in_order(
     bytes came in 32-33 segments on asyncio, 8 runs of 8 (joined: 2)."""
     if loop == "uvloop":
         pytest.importorskip("uvloop")
-    sys.path.insert(0, str(APPS_DIR))
-    from streaming_app import small_chunk
-
+    small_chunk = import_app("streaming_app:small_chunk")
     query = "n=512&length=1" if length else "n=512"
     with running_server("streaming_app:app", "--loop", loop) as srv, srv.raw() as conn:
         before = data_segments_in(conn.sock)
