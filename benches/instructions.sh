@@ -12,10 +12,9 @@
 # Prints `Ir/request`; the callgrind file is kept for callgrind_annotate. FERRULE_ARGS adds
 # server options (FERRULE_ARGS="--metrics --metrics-port 0": the cost of the metrics).
 set -euo pipefail
-FERRULE_PATH=""
-if [ "${1:-}" = "--ferrule-path" ]; then FERRULE_PATH=$2; shift 2; fi
-CLIENTS=(--h1 -c 50)
-if [ "${1:-}" = "--h2" ]; then CLIENTS=(-c 10 -m 10); shift; fi
+. "$(dirname "$0")/load_helpers.sh"
+load_options "$@"
+shift "$OPTION_COUNT"
 LOOP=${1:?loop: asyncio or uvloop}
 TARGET=${2:?path, e.g. /hello}
 N=${3:-2000}
@@ -24,7 +23,6 @@ PORT=${PORT:-8390}
 PYTHON=$(python3 -c 'import sys; print(sys.executable)')  # not a shim: valgrind must see python
 OUT=$(mktemp -d /tmp/ferrule-callgrind.XXXXXX)/callgrind.out
 cd "$(dirname "$0")"
-. ./load_helpers.sh
 PYTHONPATH=$FERRULE_PATH valgrind --tool=callgrind --callgrind-out-file="$OUT" \
     "$PYTHON" -m ferrule "$APP" --port "$PORT" --loop "$LOOP" --no-access-log ${FERRULE_ARGS:-} \
     > "$OUT.log" 2>&1 &

@@ -1,5 +1,15 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # it sets variables for the scripts that source it
 # What the h2load-driven scripts share (instructions.sh, syscalls.sh); sourced, not run.
+
+# Reads the options both scripts take first, `[--ferrule-path DIR] [--h2]`: sets FERRULE_PATH,
+# CLIENTS (h2load's connections: HTTP/1.1 -c50, or with --h2 HTTP/2 without TLS -c10 -m10, as
+# the HTTP/2 hello benchmark) and OPTION_COUNT, how many arguments they took, for the caller to
+# shift.
+load_options() {
+    FERRULE_PATH="" CLIENTS=(--h1 -c 50) OPTION_COUNT=0
+    if [ "${1:-}" = "--ferrule-path" ]; then FERRULE_PATH=$2; OPTION_COUNT=2; shift 2; fi
+    if [ "${1:-}" = "--h2" ]; then CLIENTS=(-c 10 -m 10); OPTION_COUNT=$((OPTION_COUNT + 1)); fi
+}
 
 # Waits until URL answers, trying TRIES times PAUSE seconds apart.
 wait_serving() {

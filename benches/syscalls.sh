@@ -12,17 +12,15 @@
 # Prints the requests served, the server's user and system CPU time per request, and each
 # counter per request. Needs `perf` (Debian: linux-perf) and a kernel that lets root trace.
 set -euo pipefail
-FERRULE_PATH=""
-if [ "${1:-}" = "--ferrule-path" ]; then FERRULE_PATH=$2; shift 2; fi
-CLIENTS=(--h1 -c 50)
-if [ "${1:-}" = "--h2" ]; then CLIENTS=(-c 10 -m 10); shift; fi
+. "$(dirname "$0")/load_helpers.sh"
+load_options "$@"
+shift "$OPTION_COUNT"
 LOOP=${1:?loop: asyncio or uvloop}
 TARGET=${2:?path, e.g. /hello}
 APP=${3:-apps:app}
 PORT=${PORT:-8391}
 OUT=$(mktemp -d /tmp/ferrule-syscalls.XXXXXX)
 cd "$(dirname "$0")"
-. ./load_helpers.sh
 PYTHONPATH=$FERRULE_PATH taskset -c 0 python3 -m ferrule "$APP" --port "$PORT" --loop "$LOOP" \
     --no-access-log ${FERRULE_ARGS:-} > "$OUT/server.log" 2>&1 &
 SERVER=$!
