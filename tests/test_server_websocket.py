@@ -3,14 +3,10 @@ opening handshake, the scope, messages and close codes, app errors, TLS and load
 fragments, limits, ``--ws none`` and the other ``--ws-*`` options are in
 ``test_server_websocket_frames``.
 
-Two clients (from :mod:`wsutil`): the ``websockets`` library (asyncio client: handshake checks,
-fragmented sends, pings, close codes) for what a real client does, and a raw socket
-(:class:`wsutil.RawWebSocket`: the opening handshake by hand, masked frames built byte by byte,
-server frames parsed) for what a real client would never send. The app records what it saw
-under ``?key=K``; the test reads it back with ``GET /_record``.
-
-Every client call is bounded (``open_timeout``/``close_timeout``, ``asyncio.wait_for``, socket
-timeouts), every client talks to 127.0.0.1, and no client proxy from the environment is used.
+The clients are :mod:`wsutil`'s: the ``websockets`` library for what a real client does, a raw
+socket for what a real client would never send; every call of theirs is bounded in time and goes
+to 127.0.0.1. The app records what it saw under ``?key=K``; the test reads it back with
+``GET /_record``.
 """
 
 from __future__ import annotations

@@ -4,14 +4,11 @@ violations (1002), open websockets at shutdown (1012), ``--ws none`` and uvicorn
 implementation names, keepalive pings (``--ws-ping-interval``/``--ws-ping-timeout``),
 ``--ws-max-queue``, and messages the app sends in a burst sharing writes.
 
-Two clients (from :mod:`wsutil`): the ``websockets`` library (fragmented sends, pings, close
-codes) for what a real client does, and a raw socket (:class:`wsutil.RawWebSocket`: masked
-frames built byte by byte, server frames parsed) for what a real client would never send:
-invalid UTF-8, unmasked frames, reserved bits, bad control frames. The app records what it saw
-under ``?key=K``; the test reads it back with ``GET /_record``.
-
-Every client call is bounded (``open_timeout``/``close_timeout``, ``asyncio.wait_for``, socket
-timeouts), every client talks to 127.0.0.1, and no client proxy from the environment is used.
+The clients are :mod:`wsutil`'s: the ``websockets`` library (fragmented sends, pings, close
+codes), and a raw socket for what a real client would never send: invalid UTF-8, unmasked
+frames, reserved bits, bad control frames. Every call of theirs is bounded in time and goes to
+127.0.0.1. The app records what it saw under ``?key=K``; the test reads it back with
+``GET /_record``.
 """
 
 from __future__ import annotations
