@@ -247,6 +247,48 @@ def test_protocol_violation_closes_1002(server: ServerProcess, frames: list[byte
     assert server.get("/ok").text == "ok"
 
 
+# -- the app's close ---------------------------------------------------------------------------
+
+
+def test_close_before_accept_denies_403_whatever_its_reason(server: ServerProcess) -> None:
+    """Rule: ``websocket.close`` before ``websocket.accept`` denies the handshake with 403, even
+    when its ``reason`` is not a string (FastAPI passes its list of validation errors for a
+    WebSocket route missing a required query parameter or header), and logs no traceback, as
+    uvicorn does. Broken (seen before the change): the reason was converted first, ``send``
+    raised ``TypeError: 'list' object is not an instance of 'str'``, the client got 500 and the
+    log a traceback."""
+    before = server.stderr.count("Traceback")
+
+    async def scenario() -> int:
+        try:
+            async with ws_connect(server, "/reject-listing"):
+                pass
+        except InvalidStatus as exc:
+            return exc.response.status_code
+        raise AssertionError("the handshake succeeded")
+
+    assert run(scenario()) == 403
+    assert server.stderr.count("Traceback") == before, server.describe()
+
+
+def test_close_with_a_reason_not_a_string_still_closes(server: ServerProcess) -> None:
+    """Rule: after the handshake, a ``websocket.close`` whose reason is not a string still
+    closes the socket with the app's code (the reason left out, with a warning in the log);
+    ``send`` does not raise and the server keeps serving. Broken (seen before the change):
+    ``send`` raised TypeError, the app failed and the client saw 1011 instead of the app's
+    4002."""
+    key = token()
+
+    async def scenario() -> int | None:
+        async with ws_connect(server, f"/close-listing?key={key}") as ws:
+            return close_code(await closed_by_server(ws))
+
+    assert run(scenario()) == 4002
+    assert fetch_record(server, key) == {"raised": None}
+    server.wait_for_output("the reason is a list, not a str")
+    still_serving(server)
+
+
 # -- --ws none ---------------------------------------------------------------------------------
 
 

@@ -12,9 +12,13 @@ back with ``GET /_record?key=K``):
 - ``/subprotocol``: accept choosing the first subprotocol the client offered (none if none),
   with an extra response header ``x-ws: yes``; then echo like ``/echo``.
 - ``/reject``: ``websocket.close`` before accepting (the server answers 403).
+- ``/reject-listing``: ``websocket.close`` before accepting with a list as its ``reason``, as
+  FastAPI sends its validation errors.
 - ``/deny``: the denial response extension: 401, ``content-type: text/plain``, ``x-denied:
   yes`` and the body ``b"no entry"`` sent in two ``websocket.http.response.body`` messages.
 - ``/close-with``: accept, then ``websocket.close`` with code 4001 and reason ``"bye"``.
+- ``/close-listing``: accept, then ``websocket.close`` with code 4002 and a list as its
+  ``reason``; record whether ``send`` raised under ``key``.
 - ``/raise-before?token=T``: raise ``RuntimeError("ws failure before accept T")`` before
   accepting.
 - ``/raise-after?token=T``: accept, send ``"accepted"``, raise
@@ -133,6 +137,9 @@ async def websocket(scope: dict[str, Any], receive: Any, send: Any) -> None:
         record_disconnect(key, await echo_until_disconnect(receive, send))
     elif path == "/reject":
         await send({"type": "websocket.close"})
+    elif path == "/reject-listing":
+        errors = [{"type": "missing", "loc": ["query", "token"], "msg": "Field required"}]
+        await send({"type": "websocket.close", "code": 1008, "reason": errors})
     elif path == "/deny":
         headers = [(b"content-type", b"text/plain"), (b"x-denied", b"yes")]
         await send({"type": "websocket.http.response.start", "status": 401, "headers": headers})
@@ -141,6 +148,14 @@ async def websocket(scope: dict[str, Any], receive: Any, send: Any) -> None:
     elif path == "/close-with":
         await send({"type": "websocket.accept"})
         await send({"type": "websocket.close", "code": 4001, "reason": "bye"})
+    elif path == "/close-listing":
+        await send({"type": "websocket.accept"})
+        try:
+            await send({"type": "websocket.close", "code": 4002, "reason": ["not", "a", "str"]})
+        except Exception as exc:  # noqa: BLE001 - recorded for the test
+            RECORDS[key or "close-listing"] = {"raised": type(exc).__name__}
+        else:
+            RECORDS[key or "close-listing"] = {"raised": None}
     elif path == "/raise-before":
         raise RuntimeError(f"ws failure before accept {params.get('token')}")
     elif path == "/raise-after":

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::asgi::disconnected::client_gone;
+use crate::asgi::logging::{log_line, WARNING};
 use crate::asgi::messages::{optional_field, optional_flag, parse_headers};
 use crate::asgi::responses::plain_response;
 use crate::bridge::{NativeFuture, ResumeVia};
@@ -135,12 +136,10 @@ impl WsSend {
                     Some(code) => code.extract()?,
                     None => 1000,
                 };
-                let reason: String = match optional_field(&message, intern!(py, "reason"))? {
-                    Some(reason) if !reason.is_none() => reason.extract()?,
-                    _ => String::new(),
-                };
                 let mut state = self.exchange.state.lock().unwrap();
                 if matches!(state.phase, Phase::Connecting) {
+                    // A close before the handshake denies it, whatever the reason holds (FastAPI
+                    // passes its list of validation errors there).
                     state.phase = Phase::Closed;
                     let forbidden =
                         plain_response(StatusCode::FORBIDDEN, &self.exchange.server.settings);
@@ -148,6 +147,7 @@ impl WsSend {
                     return Ok(self.done(py));
                 }
                 drop(state);
+                let reason = self.close_reason(py, &message)?;
                 check_close(code, &reason)?;
                 return self.push(py, close_message(code, &reason), true);
             }
@@ -164,6 +164,25 @@ impl WsSend {
 impl WsSend {
     fn done(&self, py: Python<'_>) -> Py<PyAny> {
         self.exchange.server.py.done_future.clone_ref(py)
+    }
+
+    /// The close frame's reason: a `str`, or nothing. Anything else is dropped with a warning,
+    /// so that the close still goes out with the app's code rather than the socket failing.
+    fn close_reason(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<String> {
+        let Some(reason) = optional_field(message, intern!(py, "reason"))? else {
+            return Ok(String::new());
+        };
+        if reason.is_none() {
+            return Ok(String::new());
+        }
+        if let Ok(reason) = reason.cast::<PyString>() {
+            return Ok(reason.to_str()?.to_owned());
+        }
+        let kind = reason.get_type().name()?;
+        let line =
+            format!("websocket.close: the reason is a {kind}, not a str; closing without it");
+        log_line(&self.exchange.server.py, WARNING, &line);
+        Ok(String::new())
     }
 
     fn accept(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
