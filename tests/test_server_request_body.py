@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -197,3 +198,38 @@ def test_receive_called_from_another_thread(server: ServerProcess, size: int) ->
         response = client.post("/receive-called-in-a-thread", content=body)
     assert response.status_code == 200, response.text
     assert response.content == body
+
+
+def test_answer_after_cancelled_read_reaches_a_client_still_sending(server: ServerProcess) -> None:
+    """Rule: an app that reads the body in a task, answers 413 and cancels that read (Quart,
+    for a body over its limit) leaves the rest of the body to the server, which discards it:
+    httpx, which sends a 10 MB body before reading, gets the 413 at once, and the connection
+    serves the next request. Broken (seen before the change): the server neither read the rest
+    nor closed, and httpx timed out after 10 s; the request stayed in a reference cycle that
+    held its connection open past the graceful timeout at SIGTERM."""
+    body = b"x" * 10_000_000
+    with server.client(timeout=10) as client:
+        started = time.monotonic()
+        first = client.post("/answer-then-cancel-read", content=body)
+        second = client.post("/answer-then-cancel-read", content=body)
+        elapsed = time.monotonic() - started
+        assert client.get("/no-read").text == "answered without reading"
+    assert (first.status_code, first.text) == (413, "too big")
+    assert (second.status_code, second.text) == (413, "too big")
+    assert elapsed < 5, f"two 10 MB posts took {elapsed:.1f}s"
+
+
+def test_sigterm_after_cancelled_read_stops_promptly() -> None:
+    """Rule: once such a request is answered, nothing of it keeps the server from stopping:
+    SIGTERM exits within the second. Broken (seen before the change): the server waited at
+    "Waiting for connections to close" for 40 s and more, past the 30 s graceful timeout,
+    until Python's garbage collector ran."""
+    with running_server("body_app:app") as server:
+        with server.client(timeout=10) as client:
+            response = client.post("/answer-then-cancel-read", content=b"x" * 10_000_000)
+            assert response.status_code == 413
+            started = time.monotonic()
+            code = server.stop(signal.SIGTERM)
+            elapsed = time.monotonic() - started
+    assert code == 0, server.describe()
+    assert elapsed < 3, f"SIGTERM took {elapsed:.1f}s\n{server.describe()}"

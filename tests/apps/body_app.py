@@ -66,6 +66,18 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             if not message.get("more_body"):
                 break
         await send_response(send, body)
+    elif path == "/answer-then-cancel-read":
+        # Read in a task, answer 413 without waiting for the body, then cancel the read: what
+        # Quart does with a body over its MAX_CONTENT_LENGTH.
+        async def reader() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        task = asyncio.ensure_future(reader())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        await send_response(send, b"too big", 413)
+        task.cancel()
     elif path == "/no-read":
         await send_response(send, b"answered without reading")
     elif path == "/slow-read":

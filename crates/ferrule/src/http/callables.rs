@@ -124,14 +124,21 @@ async fn read_body_chunk(
                         drop(state);
                         exchange.mark_disconnected(py);
                         disconnect_message(py)
-                    } else {
-                        state.body = if finished {
-                            RequestBody::Done
-                        } else {
-                            RequestBody::Unread(incoming)
-                        };
+                    } else if finished {
+                        state.body = RequestBody::Done;
                         drop(state);
-                        request_message(py, &data, !finished)
+                        request_message(py, &data, false)
+                    } else if state.app_done {
+                        // The app ended while this read was under way (it cancelled its
+                        // `receive()`): no one will read on.
+                        state.body = RequestBody::Done;
+                        drop(state);
+                        exchange.discard_unread(incoming);
+                        request_message(py, &data, true)
+                    } else {
+                        state.body = RequestBody::Unread(incoming);
+                        drop(state);
+                        request_message(py, &data, true)
                     }
                 }
                 Err(err) => {

@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use http_body::Body;
+use http_body_util::BodyExt;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -32,6 +34,10 @@ pub const BODY_CHANNEL_CAPACITY: usize = 256;
 /// 256 chunks per stream (4 MiB of 16 KiB chunks, times 200 streams a connection). Twice the
 /// benchmark's 256 x 1 KiB stream, which thus never waits.
 const BODY_QUEUE_BYTES: usize = 512 * 1024;
+
+/// Request body bytes an HTTP/1.1 connection reads and throws away once the app is done
+/// without reading them all (`discard_unread`); past it, the connection is closed instead.
+const DISCARD_LIMIT: u64 = 64 * 1024 * 1024;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Phase {
@@ -90,6 +96,8 @@ pub(super) struct ExchangeState {
     /// The request's head once the scope is built from it, for the request's task to drop
     /// (`Exchange::keep_spent_head`).
     spent_head: Option<Box<RequestHead>>,
+    /// The app's coroutine has ended: a body it left unread is discarded, not kept for it.
+    pub(super) app_done: bool,
 }
 
 impl ExchangeState {
@@ -150,6 +158,7 @@ impl Exchange {
                 trailers: HeaderMap::new(),
                 logged_headers: Vec::new(),
                 spent_head: None,
+                app_done: false,
             }),
             body: BodyQueue::default(),
             started,
@@ -261,7 +270,7 @@ impl Exchange {
     /// The app's coroutine finished (`Ok`) or raised (`Err`): make sure the client gets an
     /// answer, and report what the access log needs. Returns the status sent (0 if none).
     pub fn finish_app(&self, py: Python<'_>, failed: bool) -> (u16, Option<&'static str>) {
-        let (status, problem, waiters) = {
+        let (status, problem, waiters, discard) = {
             let mut state = self.state.lock().unwrap();
             // An app that stops once the client has gone (it heard `http.disconnect` or `send()`
             // raised) did what the spec asks: nothing to report.
@@ -296,14 +305,52 @@ impl Exchange {
                 }
             };
             state.phase = Phase::Complete;
+            state.app_done = true;
+            // A body being read now is discarded by its reader when the read ends.
+            let unread = match std::mem::replace(&mut state.body, RequestBody::Done) {
+                RequestBody::Unread(body) => Some(body),
+                RequestBody::Reading => {
+                    state.body = RequestBody::Reading;
+                    None
+                }
+                RequestBody::Done => None,
+            };
+            // Polling a body the client was told nothing about sends `100 Continue`, after the
+            // response: never. Such a response closes the connection already (`send_head`).
+            let discard = unread.filter(|_| !(self.expects_continue && state.body_read == 0));
             (
                 state.status,
                 problem,
                 std::mem::take(&mut state.disconnect_waiters),
+                discard,
             )
         };
         self.resolve_disconnect_waiters(py, waiters);
+        if let Some(body) = discard {
+            self.discard_unread(body);
+        }
         (status, problem.filter(|p| !p.is_empty()))
+    }
+
+    /// A request body the app left unread when it was done. HTTP/1.1 reads and drops it, up to
+    /// `DISCARD_LIMIT`: a client that sends its whole body before reading (httpx, curl) then
+    /// gets the response, and the connection serves the next request. HTTP/2 and HTTP/3 drop
+    /// it, which resets only that stream.
+    pub(super) fn discard_unread(&self, mut body: IncomingBody) {
+        if self.started.0 != Protocol::Http1 || body.is_end_stream() {
+            return;
+        }
+        self.server.bridge.handle.spawn(async move {
+            let mut read = 0;
+            while let Some(Ok(frame)) = body.frame().await {
+                if let Some(data) = frame.data_ref() {
+                    read += data.len() as u64;
+                }
+                if read > DISCARD_LIMIT {
+                    break; // dropped unfinished: hyper closes the connection
+                }
+            }
+        });
     }
 }
 
