@@ -44,9 +44,27 @@ pub(super) struct BodyQueue {
     /// The response's trailer fields, for the body to send once its data has ended.
     pub(super) trailers: Mutex<Option<HeaderMap>>,
     /// Body bytes in the channel to hyper (`BODY_QUEUE_BYTES`), and the signal that hyper took
-    /// some or let go of the body.
+    /// some, passed some on, or let go of the body.
     pub(super) queued: AtomicUsize,
     pub(super) drained: Notify,
+    /// The last frame hyper took, until it polls again: HTTP/2 holds a frame until the peer's
+    /// window lets it out, and HTTP/1.1 until its write buffer has room, so a poll says the
+    /// frame before it has gone on.
+    pub(super) outstanding: AtomicUsize,
+    /// Body bytes hyper has passed on so far: how much the peer lets through, which is what
+    /// the queue may grow to (`Exchange::has_room_for`).
+    pub(super) passed_on: AtomicUsize,
+}
+
+impl BodyQueue {
+    /// hyper polls the body again: the frame it took before has gone on.
+    fn polled(&self) {
+        let outstanding = self.outstanding.swap(0, Ordering::AcqRel);
+        if outstanding > 0 {
+            self.passed_on.fetch_add(outstanding, Ordering::AcqRel);
+            self.drained.notify_one();
+        }
+    }
 }
 
 pub struct StreamBody {
@@ -62,7 +80,8 @@ pub struct StreamBody {
     open_stream: Option<OpenStream>,
     /// The app failed mid-body and hyper was given a chance to flush first (`poll_frame`).
     flushed_before_abort: bool,
-    /// A chunk taken from the channel that did not fit the frame being joined: the next frame.
+    /// A chunk taken from the channel that did not fit the frame being joined: the next frame
+    /// (counted in `BodyQueue::queued` until then).
     held: Option<Bytes>,
 }
 
@@ -137,6 +156,8 @@ impl Body for ResponseBody {
                 Poll::Ready(Some(chunk)) => {
                     let chunk = stream.join_queued(chunk);
                     stream.sent += chunk.len() as u64;
+                    let queue = stream.source.queue();
+                    queue.outstanding.store(chunk.len(), Ordering::Release);
                     Poll::Ready(Some(Ok(Frame::data(chunk))))
                 }
                 Poll::Ready(None) => {
@@ -185,7 +206,9 @@ impl Body for ResponseBody {
 impl StreamBody {
     /// The next chunk the app sent, taken out of the channel (which makes room for `send()`).
     fn next_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        self.source.queue().polled();
         if let Some(chunk) = self.held.take() {
+            self.taken(chunk.len());
             return Poll::Ready(Some(chunk));
         }
         let chunk = std::task::ready!(self.rx.poll_recv(cx));
@@ -203,12 +226,13 @@ impl StreamBody {
         }
         let mut joined: Option<BytesMut> = None;
         while let Ok(next) = self.rx.try_recv() {
-            self.taken(next.len());
             let len = joined.as_ref().map_or(first.len(), BytesMut::len);
             if next.len() >= JOIN_BELOW || len + next.len() > JOINED_MAX {
+                // Still counted as queued until it is handed out.
                 self.held = Some(next);
                 break;
             }
+            self.taken(next.len());
             joined
                 .get_or_insert_with(|| {
                     let mut buf = BytesMut::with_capacity(JOINED_MAX);

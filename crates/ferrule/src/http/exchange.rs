@@ -30,10 +30,14 @@ use super::incoming::IncomingBody;
 pub const BODY_CHANNEL_CAPACITY: usize = 256;
 
 /// Body bytes of one response the app may have queued for hyper: past it, `send()` waits until
-/// hyper takes some. Without it a client that never opens its HTTP/2 flow-control window held
-/// 256 chunks per stream (4 MiB of 16 KiB chunks, times 200 streams a connection). Twice the
-/// benchmark's 256 x 1 KiB stream, which thus never waits.
+/// hyper takes some. Twice the benchmark's 256 x 1 KiB stream, which thus never waits.
 const BODY_QUEUE_BYTES: usize = 512 * 1024;
+
+/// What the queue may hold before the peer has taken anything: the queue grows from it to
+/// `BODY_QUEUE_BYTES` as fast as hyper passes bytes on. An HTTP/2 client that never opens its
+/// flow-control window thus costs this per stream (plus the one frame hyper holds), not the
+/// whole queue: 200 such streams held 112 MiB with a fixed 512 KiB.
+const BODY_QUEUE_FLOOR: usize = 16 * 1024;
 
 /// Request body bytes an HTTP/1.1 connection reads and throws away once the app is done
 /// without reading them all (`discard_unread`); past it, the connection is closed instead.
@@ -179,11 +183,17 @@ impl Exchange {
         self.state.lock().unwrap().spent_head.take()
     }
 
-    /// Whether `len` more body bytes fit in `BODY_QUEUE_BYTES` (any chunk does in an empty
-    /// queue, so one larger than the bound still goes).
+    /// Whether `len` more body bytes fit the queue's bound, which follows what hyper has passed
+    /// on (`BODY_QUEUE_FLOOR`). A chunk larger than the bound goes once the queue is empty and
+    /// hyper has passed on the last frame it took, so a stalled stream holds one such chunk.
     pub(super) fn has_room_for(&self, len: usize) -> bool {
-        let queued = self.body.queued.load(Ordering::Acquire);
-        queued == 0 || queued + len <= BODY_QUEUE_BYTES
+        let queue = &self.body;
+        let queued = queue.queued.load(Ordering::Acquire);
+        let passed_on = queue.passed_on.load(Ordering::Acquire);
+        let bound = BODY_QUEUE_FLOOR
+            .saturating_add(passed_on.saturating_mul(2))
+            .min(BODY_QUEUE_BYTES);
+        queued + len <= bound || (queued == 0 && queue.outstanding.load(Ordering::Acquire) == 0)
     }
 
     /// Waits until `len` more body bytes fit, or hyper has let go of the body (`tx` closed).
