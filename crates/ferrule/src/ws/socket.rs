@@ -120,8 +120,18 @@ pub async fn run_socket(
                             permit.send(Inbound::Binary(data));
                         }
                     }
-                    // Pings are answered by tungstenite as they are read.
-                    Some(Ok(Message::Ping(_) | Message::Frame(_))) => {}
+                    // tungstenite queues the pong in its write buffer, which has no bound: a peer
+                    // that pings without reading would grow it for ever. So the pong goes out
+                    // before anything more is read, and a peer that does not take it in time
+                    // is dropped.
+                    Some(Ok(Message::Ping(_))) => {
+                        let wait = ping_timeout.unwrap_or(CLOSE_TIMEOUT);
+                        match tokio::time::timeout(wait, sink.flush()).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(_)) | Err(_) => break,
+                        }
+                    }
+                    Some(Ok(Message::Frame(_))) => {}
                     Some(Ok(Message::Pong(_))) => pong_due = None,
                     Some(Ok(Message::Close(frame))) => {
                         // tungstenite answers the close; the app hears the client's code.
