@@ -27,6 +27,31 @@ def new_event_loop(loop: LoopName = "auto") -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
+def close_event_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Closes ``loop`` as ``asyncio.run`` does: the tasks still running on it (the app's
+    background tasks) are cancelled and awaited, so that their ``finally`` blocks run and none
+    is destroyed while pending; then async generators and the default executor are shut down."""
+    try:
+        tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        for task in tasks:
+            if not task.cancelled() and task.exception() is not None:
+                loop.call_exception_handler(
+                    {
+                        "message": "unhandled exception during shutdown",
+                        "exception": task.exception(),
+                        "task": task,
+                    }
+                )
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        loop.close()
+
+
 def drive(
     main: Callable[[Bridge], Awaitable[T]],
     *,
@@ -51,5 +76,4 @@ def drive(
     try:
         return event_loop.run_until_complete(runner())
     finally:
-        event_loop.run_until_complete(event_loop.shutdown_asyncgens())
-        event_loop.close()
+        close_event_loop(event_loop)

@@ -18,7 +18,7 @@ from types import FrameType
 from typing import Any
 
 from ferrule import tls
-from ferrule._bridge import new_event_loop
+from ferrule._bridge import close_event_loop, new_event_loop
 from ferrule._ferrule import Bridge, H3Server, HttpServer
 from ferrule._logging import TRACE, configure_logging
 from ferrule.config import (
@@ -212,9 +212,10 @@ class Server:
         try:
             loop.run_until_complete(self.serve(sockets))
         finally:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            asyncio.set_event_loop(None)
-            loop.close()
+            try:
+                close_event_loop(loop)
+            finally:
+                asyncio.set_event_loop(None)
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         with self.capture_signals():
@@ -394,12 +395,16 @@ class Server:
             server.close()
         timeout = self.config.timeout_graceful_shutdown
         self._http.shutdown(0.0 if self.force_exit else timeout)
-        if not self._stopped.done() and not self.force_exit:
+        # Idle connections close at once: the wait is announced only if a request or WebSocket
+        # is still in progress after a moment (as uvicorn does).
+        if not self.force_exit:
+            await self._woken_or_stopped(timeout=0.1)
+        if not self._stopped.done() and not self.force_exit and self._http.in_flight > 0:
             logger.info("Waiting for connections to close. (CTRL+C to force quit)")
-            while not self._stopped.done() and not self.force_exit:
-                await self._woken_or_stopped(timeout=None)
-            if self.force_exit:
-                self._http.shutdown(0.0)
+        while not self._stopped.done() and not self.force_exit:
+            await self._woken_or_stopped(timeout=None)
+        if self.force_exit:
+            self._http.shutdown(0.0)
         await self._stopped
         await _apps_finished(self._bridge, 0.0 if self.force_exit else timeout)
         self.started = False

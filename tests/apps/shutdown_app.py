@@ -1,4 +1,5 @@
-"""Graceful shutdown: slow requests log start/end/cancellation, lifespan logs shutdown."""
+"""Graceful shutdown: slow requests log start/end/cancellation, lifespan logs shutdown.
+``/spawn?key=K`` leaves a task running that logs ``finally K`` when it ends."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import asyncio
 from typing import Any
 
 from asgi_helpers import log_event, query, send_response
+
+#: Tasks the app leaves running (held, as the asyncio docs advise).
+BACKGROUND: set[asyncio.Task[None]] = set()
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -20,7 +24,18 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
     params = query(scope)
-    if scope["path"] == "/slow":
+    if scope["path"] == "/spawn":
+        key = params.get("key", "spawned")
+
+        async def forever() -> None:
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                log_event(f"finally {key}")
+
+        BACKGROUND.add(asyncio.ensure_future(forever()))
+        await send_response(send, b"spawned")
+    elif scope["path"] == "/slow":
         key = params.get("key", "slow")
         log_event(f"start {key}")
         try:
