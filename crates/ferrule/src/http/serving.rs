@@ -74,20 +74,7 @@ pub(super) async fn accept_loop(
         })
     });
     let permits = Arc::new(Semaphore::new(server.settings.connection_limit));
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            _ = stop.wait_for(Option::is_some) => break,
-            accepted = accept_with_permit(&listener, &permits, tls_on) => accepted,
-        };
-        let (stream, conn, permit) = match accepted {
-            Ok(accepted) => accepted,
-            Err(_) => {
-                // Out of descriptors or a connection reset before accept: keep serving.
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
+    let spawn_connection = |(stream, conn, permit): Accepted| {
         let served = serve_connection(
             stream,
             Arc::new(Connection::new(conn).announcing(setup.alt_svc.clone())),
@@ -105,6 +92,36 @@ pub(super) async fn accept_loop(
             drop(permit);
             drop(open);
         });
+    };
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.wait_for(Option::is_some) => break,
+            accepted = accept_with_permit(&listener, &permits, tls_on) => accepted,
+        };
+        match accepted {
+            Ok(accepted) => spawn_connection(accepted),
+            // Out of descriptors or a connection reset before accept: keep serving.
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    // Connections the kernel has already accepted into the listen backlog would be reset when
+    // the listener closes: those, and any that come within a moment, are taken and their first
+    // request answered (`finish_when`), unless the stop is forced.
+    let forced = matches!(*stop.borrow(), Some(Some(timeout)) if timeout.is_zero());
+    if !forced {
+        let grace_over = tokio::time::Instant::now() + ACCEPT_GRACE;
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                accepted = accept_with_permit(&listener, &permits, tls_on) => accepted,
+                () = tokio::time::sleep_until(grace_over) => break,
+            };
+            match accepted {
+                Ok(accepted) => spawn_connection(accepted),
+                Err(_) => break,
+            }
+        }
     }
     drop(listener);
     let mut ws_sessions = server.state.ws_sessions.subscribe();
@@ -206,12 +223,19 @@ pub(crate) async fn drain_within(
     }
 }
 
+/// How long the listener still accepts once the server stops: as long as uvicorn can take to
+/// notice a stop, and time enough for the kernel's backlog to be taken.
+const ACCEPT_GRACE: Duration = Duration::from_millis(100);
+
+/// A connection accepted, with its slot of the connection limit (`--max-connections`).
+type Accepted = (Box<dyn IoStream>, ConnInfo, OwnedSemaphorePermit);
+
 /// Waits for a connection slot, then for a connection.
 async fn accept_with_permit(
     listener: &Listener,
     permits: &Arc<Semaphore>,
     tls: bool,
-) -> std::io::Result<(Box<dyn IoStream>, ConnInfo, OwnedSemaphorePermit)> {
+) -> std::io::Result<Accepted> {
     let permit = permits
         .clone()
         .acquire_owned()
