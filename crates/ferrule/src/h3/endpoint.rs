@@ -12,7 +12,7 @@ use crate::asgi::settings::Settings;
 use crate::http::TlsFiles;
 
 /// Request streams one connection may have open at once (HTTP/2's usual limit).
-const MAX_REQUEST_STREAMS: u32 = 100;
+pub(super) const MAX_REQUEST_STREAMS: u32 = 100;
 
 /// Unidirectional streams a client may open: HTTP/3's control stream and QPACK's two, with
 /// room for grease streams, which clients may send and servers ignore.

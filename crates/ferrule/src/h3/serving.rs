@@ -15,6 +15,7 @@ use crate::asgi::live::Stop;
 use crate::asgi::server::Server;
 use crate::http::{cancel_running, drain_within, Connection};
 
+use super::endpoint::MAX_REQUEST_STREAMS;
 use super::stream::serve_request;
 
 /// How long a client may take over the QUIC handshake (as over TCP's TLS handshake).
@@ -146,7 +147,7 @@ async fn serve_connection(
         server_addr,
     );
     info.tls = true;
-    let conn = Arc::new(Connection::new(info));
+    let conn = Arc::new(Connection::new(info, MAX_REQUEST_STREAMS as usize));
     let settings = &server.settings;
     let built = h3::server::builder()
         // The request head's limit, as over HTTP/1.1 and HTTP/2: past it the h3 crate answers

@@ -23,6 +23,7 @@ use crate::bridge::{NativeFuture, ResumeVia};
 use crate::metrics::Protocol;
 
 use super::body::{BodyQueue, BodySource, ResponseBody};
+use super::connection::AppCall;
 use super::incoming::IncomingBody;
 
 /// Body chunks in flight to hyper, per response: above the drive budget (128 steps), so one
@@ -102,6 +103,8 @@ pub(super) struct ExchangeState {
     spent_head: Option<Box<RequestHead>>,
     /// The app's coroutine has ended: a body it left unread is discarded, not kept for it.
     pub(super) app_done: bool,
+    /// Counts the app's call against its connection's limit until it ends.
+    app_call: Option<AppCall>,
 }
 
 impl ExchangeState {
@@ -140,6 +143,7 @@ impl Exchange {
         head_request: bool,
         expects_continue: bool,
         started: (Protocol, u64),
+        app_call: AppCall,
     ) -> Self {
         Self {
             server,
@@ -163,6 +167,7 @@ impl Exchange {
                 logged_headers: Vec::new(),
                 spent_head: None,
                 app_done: false,
+                app_call: Some(app_call),
             }),
             body: BodyQueue::default(),
             started,
@@ -316,6 +321,7 @@ impl Exchange {
             };
             state.phase = Phase::Complete;
             state.app_done = true;
+            state.app_call = None;
             // A body being read now is discarded by its reader when the read ends.
             let unread = match std::mem::replace(&mut state.body, RequestBody::Done) {
                 RequestBody::Unread(body) => Some(body),

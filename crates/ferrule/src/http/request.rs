@@ -25,7 +25,7 @@ use crate::ws;
 use super::app_done::on_app_done;
 use super::body::ResponseBody;
 use super::callables::{HttpReceive, HttpSend};
-use super::connection::Connection;
+use super::connection::{AppCall, Connection};
 use super::exchange::{Exchange, RequestHead};
 use super::incoming::IncomingBody;
 use super::streams::OpenStream;
@@ -53,8 +53,20 @@ pub(crate) fn handle(
     server: Arc<Server>,
 ) -> impl Future<Output = Result<Response<ResponseBody>, Infallible>> + Send {
     let http1 = request.version() < http::Version::HTTP_2;
-    let begun = begin(request, &conn, &server);
+    let begun = match conn.try_app_call() {
+        Some(app_call) => Ok(begin(request, &conn, &server, app_call)),
+        // As many app calls run as the connection may have streams (streams it reset while
+        // their app ran): this one waits for one of them to end.
+        None => Err(Box::new(request)),
+    };
     async move {
+        let begun = match begun {
+            Ok(begun) => begun,
+            Err(request) => {
+                let app_call = Box::pin(conn.app_call()).await;
+                begin(*request, &conn, &server, app_call)
+            }
+        };
         let mut response = match begun {
             Begun::Answered(response) => response,
             Begun::Upgrade(upgrade) => {
@@ -145,8 +157,14 @@ impl Started {
     }
 }
 
-/// Refuses the request, answers it, hands it to `ws::upgrade`, or starts the app on it.
-fn begin(request: Request<IncomingBody>, conn: &Arc<Connection>, server: &Arc<Server>) -> Begun {
+/// Refuses the request, answers it, hands it to `ws::upgrade`, or starts the app on it, which
+/// then holds `app_call` until it ends.
+fn begin(
+    request: Request<IncomingBody>,
+    conn: &Arc<Connection>,
+    server: &Arc<Server>,
+    app_call: AppCall,
+) -> Begun {
     // The metrics time every request; the trace alone marks only when it is on.
     let received = if server.metrics.is_some() {
         trace::now_mark()
@@ -218,6 +236,7 @@ fn begin(request: Request<IncomingBody>, conn: &Arc<Connection>, server: &Arc<Se
         head_request,
         expects_continue,
         (protocol, received),
+        app_call,
     ));
     // Built only when an access log line will be written: it costs two allocations (and
     // what `--access-log-format` asks for).

@@ -77,7 +77,10 @@ pub(super) async fn accept_loop(
     let spawn_connection = |(stream, conn, permit): Accepted| {
         let served = serve_connection(
             stream,
-            Arc::new(Connection::new(conn).announcing(setup.alt_svc.clone())),
+            Arc::new(
+                Connection::new(conn, server.settings.http2_max_concurrent_streams as usize)
+                    .announcing(setup.alt_svc.clone()),
+            ),
             server.clone(),
             setup.clone(),
             stopping.subscribe(),
