@@ -15,7 +15,7 @@ use super::streams::OpenStream;
 /// Chunks smaller than this that wait in the channel together are joined into one frame:
 /// hyper writes an HTTP/1.1 body out every 16 frames, so 1 KiB chunks cost a system call per
 /// 16 KiB. Larger chunks go as they are, uncopied.
-const JOIN_BELOW: usize = 4 * 1024;
+pub(super) const JOIN_BELOW: usize = 4 * 1024;
 /// The most a joined frame holds (HTTP/2's default frame size).
 const JOINED_MAX: usize = 16 * 1024;
 
@@ -235,7 +235,10 @@ impl StreamBody {
             self.taken(next.len());
             joined
                 .get_or_insert_with(|| {
-                    let mut buf = BytesMut::with_capacity(JOINED_MAX);
+                    // What is queued now is at most what the frame will hold: no room to spare
+                    // for a stream that then stalls with it.
+                    let queued = self.source.queue().queued.load(Ordering::Acquire);
+                    let mut buf = BytesMut::with_capacity(JOINED_MAX.min(len + queued));
                     buf.extend_from_slice(&first);
                     buf
                 })

@@ -14,6 +14,7 @@ use http_body_util::BodyExt;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyDict};
 use tokio::sync::mpsc;
 
@@ -23,12 +24,24 @@ use crate::asgi::messages::{
 };
 use crate::bridge::{NativeFuture, ResumeVia};
 
-use super::body::ResponseBody;
+use super::body::{ResponseBody, JOIN_BELOW};
 use super::exchange::{disconnect_message, Exchange, Phase, RequestBody, BODY_CHANNEL_CAPACITY};
 use super::incoming::IncomingBody;
 
 /// How much of a file `http.response.pathsend` reads at a time.
 const PATHSEND_CHUNK: usize = 64 * 1024;
+
+/// The bytes of a body message. Chunks small enough to be joined into one frame
+/// (`JOIN_BELOW`) are copied; larger ones are not: the `Bytes` hyper writes from holds the
+/// app's `bytes` object (immutable), whose memory the app holds anyway while `send()` waits.
+/// A stalled stream then costs no second copy of its chunk, and a large body no `memcpy`.
+fn body_bytes(body: &Bound<'_, PyBytes>) -> Bytes {
+    if body.as_bytes().len() < JOIN_BELOW {
+        Bytes::copy_from_slice(body.as_bytes())
+    } else {
+        Bytes::from_owner(PyBackedBytes::from(body.clone()))
+    }
+}
 
 fn request_message<'py>(
     py: Python<'py>,
@@ -313,10 +326,9 @@ impl HttpSend {
 
     fn body(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let body = match optional_field(message, intern!(py, "body"))? {
-            Some(body) => Bytes::copy_from_slice(
+            Some(body) => body_bytes(
                 body.cast::<PyBytes>()
-                    .map_err(|_| PyTypeError::new_err("http.response.body 'body' must be bytes"))?
-                    .as_bytes(),
+                    .map_err(|_| PyTypeError::new_err("http.response.body 'body' must be bytes"))?,
             ),
             None => Bytes::new(),
         };

@@ -38,7 +38,7 @@ const BODY_QUEUE_BYTES: usize = 512 * 1024;
 /// `BODY_QUEUE_BYTES` as fast as hyper passes bytes on. An HTTP/2 client that never opens its
 /// flow-control window thus costs this per stream (plus the one frame hyper holds), not the
 /// whole queue: 200 such streams held 112 MiB with a fixed 512 KiB.
-const BODY_QUEUE_FLOOR: usize = 16 * 1024;
+const BODY_QUEUE_FLOOR: usize = 8 * 1024;
 
 /// Request body bytes an HTTP/1.1 connection reads and throws away once the app is done
 /// without reading them all (`discard_unread`); past it, the connection is closed instead.
