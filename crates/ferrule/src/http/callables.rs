@@ -332,6 +332,13 @@ impl HttpSend {
             ),
             None => Bytes::new(),
         };
+        // A HEAD response has GET's headers and no content: hyper drops it over HTTP/1.1, but
+        // would send it in DATA frames over HTTP/2, which the client takes for an error.
+        let body = if self.exchange.head_request {
+            Bytes::new()
+        } else {
+            body
+        };
         let more_body = optional_flag(message, intern!(py, "more_body"))?;
         let exchange = &self.exchange;
         let mut state = exchange.state.lock().unwrap();
