@@ -136,6 +136,17 @@ impl FinishWhen {
             }
         }
         graceful_shutdown(connection.as_mut());
+        if conn.heads.http2() {
+            // hyper's HTTP/2 shutdown sends GOAWAY and a PING, and its last GOAWAY only once
+            // the PING is answered: a client that reads only while it has a request out (a
+            // pooled connection) never answers. Once no stream has been in progress for a
+            // moment, no request can be lost by closing.
+            tokio::select! {
+                biased;
+                output = connection.as_mut() => return Driven::Ended(output),
+                () = conn.streams.idle_for(GOAWAY_GRACE) => return Driven::Ended(Ok(())),
+            }
+        }
         Driven::Ended(connection.await)
     }
 
@@ -156,6 +167,10 @@ impl FinishWhen {
         matches!(arrived, Ok(Ok(true)))
     }
 }
+
+/// How long an HTTP/2 connection told to finish waits for its client's answer with no stream
+/// in progress: a stream the client opened before it read the GOAWAY arrives within it.
+const GOAWAY_GRACE: Duration = Duration::from_secs(1);
 
 /// How long an HTTP/1.1 connection may still deliver its next request (a new one its first)
 /// once the server stops: uvicorn notices its stop at most 0.1 s late, and serves what arrives
