@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use http::HeaderValue;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::asgi::conn::ConnInfo;
 
+use super::app_calls::{AppCall, AppCalls};
 use super::heads::HeadLog;
 use super::streams::OpenStreams;
 
@@ -20,14 +20,9 @@ pub(crate) struct Connection {
     pub(super) streams: Arc<OpenStreams>,
     /// `h3=":PORT"`, added to every response over TLS when HTTP/3 is served beside it.
     pub(super) alt_svc: Option<HeaderValue>,
-    /// One permit per app call running for this connection, as many as it may have streams
-    /// open: a stream the client makes the server reset ends for HTTP/2, but not its app call,
-    /// so without them one connection could run any number of app calls at once.
-    app_calls: Arc<Semaphore>,
+    /// Its app calls running, at most as many as it may have streams open.
+    app_calls: Arc<AppCalls>,
 }
-
-/// One app call running for a connection (see `Connection::app_calls`), until dropped.
-pub(crate) type AppCall = OwnedSemaphorePermit;
 
 impl Connection {
     /// `max_app_calls`: the streams the connection may have open at once.
@@ -37,19 +32,18 @@ impl Connection {
             heads: Arc::default(),
             streams: Arc::default(),
             alt_svc: None,
-            app_calls: Arc::new(Semaphore::new(max_app_calls)),
+            app_calls: Arc::new(AppCalls::new(max_app_calls)),
         }
     }
 
-    /// A permit for one more app call, if fewer than the limit run.
+    /// One more app call, if fewer than the limit run.
     pub(super) fn try_app_call(&self) -> Option<AppCall> {
-        self.app_calls.clone().try_acquire_owned().ok()
+        self.app_calls.try_start()
     }
 
-    /// A permit for one more app call, once fewer than the limit run.
+    /// One more app call, once fewer than the limit run.
     pub(super) async fn app_call(&self) -> AppCall {
-        let semaphore = self.app_calls.clone();
-        semaphore.acquire_owned().await.expect("never closed")
+        self.app_calls.start().await
     }
 
     /// The connection, announcing HTTP/3 with `alt_svc` on every response.

@@ -22,8 +22,8 @@ use crate::asgi::settings::Settings;
 use crate::bridge::{NativeFuture, ResumeVia};
 use crate::metrics::Protocol;
 
+use super::app_calls::AppCall;
 use super::body::{BodyQueue, BodySource, ResponseBody};
-use super::connection::AppCall;
 use super::incoming::IncomingBody;
 
 /// Body chunks in flight to hyper, per response: above the drive budget (128 steps), so one

@@ -6,6 +6,7 @@
 //! - `finish_when`: `FinishWhen`, when a connection is asked to finish, and when an idle
 //!   HTTP/1.1 connection is set aside;
 //! - `connection`: `Connection`, one connection as its requests see it;
+//! - `app_calls`: `AppCalls`, the app calls running for a connection, up to its stream limit;
 //! - `request`: one request, from the checks before the app to the app's coroutine;
 //! - `streams`: `OpenStreams`, the requests (HTTP/2 streams) in progress on a connection;
 //! - `heads`: the raw request heads, recorded as hyper reads them (header order, framing);
@@ -22,6 +23,7 @@
 //! It builds on `asgi` and `bridge`; an upgrade request goes to `ws::upgrade` (`request`).
 
 mod access_log;
+mod app_calls;
 mod app_done;
 mod body;
 mod callables;

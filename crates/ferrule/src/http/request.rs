@@ -22,10 +22,11 @@ use crate::bridge::{trace, Completion};
 use crate::metrics::Protocol;
 use crate::ws;
 
+use super::app_calls::AppCall;
 use super::app_done::on_app_done;
 use super::body::ResponseBody;
 use super::callables::{HttpReceive, HttpSend};
-use super::connection::{AppCall, Connection};
+use super::connection::Connection;
 use super::exchange::{Exchange, RequestHead};
 use super::incoming::IncomingBody;
 use super::streams::OpenStream;
@@ -158,7 +159,9 @@ impl Started {
 }
 
 /// Refuses the request, answers it, hands it to `ws::upgrade`, or starts the app on it, which
-/// then holds `app_call` until it ends.
+/// then holds `app_call` until it ends. Inlined: it returns a large value, which `handle`'s
+/// future would otherwise copy.
+#[inline(always)]
 fn begin(
     request: Request<IncomingBody>,
     conn: &Arc<Connection>,
