@@ -300,6 +300,9 @@ impl HttpSend {
         drop(state);
         drop(unsent);
         exchange.resolve_disconnect_waiters(py, waiters);
+        if exchange.head_request {
+            return Ok(self.done(py)); // the head alone: the channel closes with `tx`
+        }
         let reading = exchange.clone();
         exchange.server.bridge.handle.spawn(async move {
             use tokio::io::AsyncReadExt;
