@@ -93,6 +93,9 @@ pub async fn run_socket(
     });
     // When the oldest unanswered ping times out (any pong answers it, as RFC 6455 allows).
     let mut pong_due: Option<tokio::time::Instant> = None;
+    // The peer stopped taking what is written: the socket is dropped without a close frame,
+    // which would wait on it for ever.
+    let mut stuck = false;
     loop {
         let deadline = sleep_until_if(close_deadline);
         let pong_overdue = sleep_until_if(pong_due);
@@ -128,7 +131,11 @@ pub async fn run_socket(
                         let wait = ping_timeout.unwrap_or(CLOSE_TIMEOUT);
                         match tokio::time::timeout(wait, sink.flush()).await {
                             Ok(Ok(())) => {}
-                            Ok(Err(_)) | Err(_) => break,
+                            Ok(Err(_)) => break,
+                            Err(_) => {
+                                stuck = true;
+                                break;
+                            }
                         }
                     }
                     Some(Ok(Message::Frame(_))) => {}
@@ -213,7 +220,7 @@ pub async fn run_socket(
                 // The peer is gone or stuck: 1011, as the websockets library (uvicorn) sends.
                 ended.get_or_insert((1011, None));
                 let closing = sink.send(close_message(1011, "keepalive ping timeout"));
-                let _ = tokio::time::timeout(CLOSE_TIMEOUT, closing).await;
+                stuck = tokio::time::timeout(CLOSE_TIMEOUT, closing).await.is_err();
                 break;
             }
             // The server is shutting down: 1012 (service restart), as uvicorn sends.
@@ -227,7 +234,10 @@ pub async fn run_socket(
     let (code, reason) = ended.unwrap_or((1006, None));
     exchange.mark_closed(code, reason);
     drop(inbound_tx); // receive() reports the end once the queued messages are read
-    let _ = sink.close().await;
+    if !stuck {
+        // Bounded: a peer that stops reading now would hold the socket for ever.
+        let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.close()).await;
+    }
     if draining {
         if let Ok(mut socket) = stream.reunite(sink) {
             // Past the inflating layer: what is left is only dropped.
