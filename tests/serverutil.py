@@ -469,9 +469,21 @@ class RawConnection:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.settimeout(timeout)
         self.timeout = timeout
-        self.buffer = b""
-        self.received = b""  # everything read, for diagnostics
+        # A bytearray and a list of chunks: a 32 MiB body read into bytes by `+=` took most of
+        # a minute on a loaded machine.
+        self._buffer = bytearray()
+        self._received: list[bytes] = []  # everything read, for diagnostics
         self.eof = False
+
+    @property
+    def buffer(self) -> bytes:
+        """What was read and not yet consumed."""
+        return bytes(self._buffer)
+
+    @property
+    def received(self) -> bytes:
+        """Everything read so far."""
+        return b"".join(self._received)
 
     def __enter__(self) -> RawConnection:
         return self
@@ -501,8 +513,8 @@ class RawConnection:
         if not data:
             self.eof = True
             return False
-        self.buffer += data
-        self.received += data
+        self._buffer += data
+        self._received.append(data)
         return True
 
     def _deadline(self, timeout: float | None) -> float:
@@ -511,20 +523,21 @@ class RawConnection:
     def read_until(self, marker: bytes, timeout: float | None = None) -> bytes:
         """Bytes up to and including ``marker``."""
         deadline = self._deadline(timeout)
-        while marker not in self.buffer:
+        while marker not in self._buffer:
             try:
                 more = self._fill(deadline)
             except TimeoutError:
                 raise IncompleteResponse(f"no {marker!r} in time", self.received) from None
             if not more:
                 raise IncompleteResponse(f"EOF before {marker!r}", self.received)
-        index = self.buffer.index(marker) + len(marker)
-        data, self.buffer = self.buffer[:index], self.buffer[index:]
+        index = self._buffer.index(marker) + len(marker)
+        data = bytes(self._buffer[:index])
+        del self._buffer[:index]
         return data
 
     def read_exactly(self, count: int, timeout: float | None = None) -> bytes:
         deadline = self._deadline(timeout)
-        while len(self.buffer) < count:
+        while len(self._buffer) < count:
             try:
                 more = self._fill(deadline)
             except TimeoutError:
@@ -533,7 +546,8 @@ class RawConnection:
                 ) from None
             if not more:
                 raise IncompleteResponse(f"EOF before {count} bytes", self.received)
-        data, self.buffer = self.buffer[:count], self.buffer[count:]
+        data = bytes(self._buffer[:count])
+        del self._buffer[:count]
         return data
 
     def read_until_close(self, timeout: float | None = None) -> bytes:
@@ -545,7 +559,8 @@ class RawConnection:
             except TimeoutError:
                 raise IncompleteResponse("the peer did not close in time", self.received) from None
             if not more:
-                data, self.buffer = self.buffer, b""
+                data = bytes(self._buffer)
+                self._buffer.clear()
                 return data
 
     def wait_closed(self, timeout: float) -> bool:
@@ -650,8 +665,8 @@ class _ReceivedBytes(RawConnection):
 
     def __init__(self, data: bytes) -> None:  # no socket on purpose
         self.timeout = 0.001
-        self.buffer = data
-        self.received = data
+        self._buffer = bytearray(data)
+        self._received = [data]
         self.eof = True
 
     def close(self) -> None:
