@@ -199,15 +199,20 @@ impl Recorder {
 
     fn head<'a>(&mut self, data: &'a [u8]) -> &'a [u8] {
         let before = self.pending.len();
-        self.pending.extend_from_slice(data);
-        // Parse only once a blank line may have arrived: a head sent a byte at a time must not
-        // cost a parse per byte.
-        if !may_end_head(&self.pending[before.saturating_sub(3)..]) {
+        // Taken up to the first blank line only: the requests pipelined behind it are recorded
+        // from `data` in turn. Copied along, they made each head hold all the bytes behind it
+        // (66 MiB for 5,000 pipelined requests). Parsed only then: a head sent a byte at a time
+        // must not cost a parse per byte.
+        let tail = &self.pending[before.saturating_sub(3)..];
+        let Some(end) = blank_line_end(tail, data) else {
+            self.pending.extend_from_slice(data);
             if self.pending.len() > self.max_head {
                 self.stop(); // hyper answers 431
             }
             return &[];
-        }
+        };
+        self.pending.extend_from_slice(&data[..end]);
+        let rest = &data[end..];
         if self.pending.starts_with(HTTP2_PREFACE) {
             self.refused = self.refuse_http2;
             self.log.http2.store(true, Ordering::Release);
@@ -216,7 +221,7 @@ impl Recorder {
             return &[];
         }
         if HTTP2_PREFACE.starts_with(&self.pending) {
-            return &[]; // the preface's own blank line: wait for the rest of it
+            return rest; // the preface's own blank line: on to the rest of it
         }
         // Left uninitialised: httparse writes the slots it uses, and filling all 100 first
         // cost more than parsing a small head.
@@ -224,7 +229,11 @@ impl Recorder {
         let mut request = httparse::Request::new(&mut []);
         let len = match request.parse_with_uninit_headers(&self.pending, &mut slots) {
             Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) => return &[],
+            Ok(httparse::Status::Partial) if self.pending.len() > self.max_head => {
+                self.stop(); // hyper answers 431
+                return &[];
+            }
+            Ok(httparse::Status::Partial) => return rest,
             Err(_) => {
                 self.stop(); // hyper answers 400 and closes
                 return &[];
@@ -304,13 +313,21 @@ impl Recorder {
 
 /// Whether `data` (the new bytes, with the 3 before them) holds a blank line, so a head may be
 /// complete. The usual request arrives whole and ends with one: checked first, before scanning.
-fn may_end_head(data: &[u8]) -> bool {
-    if data.ends_with(b"\n\r\n") || data.ends_with(b"\n\n") {
-        return true;
-    }
-    data.iter()
-        .enumerate()
-        .any(|(i, &b)| b == b'\n' && matches!(&data[i + 1..], [b'\n', ..] | [b'\r', b'\n', ..]))
+/// Where in `data` the first blank line (`\n\n` or `\n\r\n`) ends, one that may have begun in
+/// `tail`, the last bytes before `data`.
+fn blank_line_end(tail: &[u8], data: &[u8]) -> Option<usize> {
+    let before = |i: usize, back: usize| -> Option<u8> {
+        match i.checked_sub(back) {
+            Some(at) => Some(data[at]),
+            None => tail.len().checked_sub(back - i).map(|at| tail[at]),
+        }
+    };
+    data.iter().enumerate().find_map(|(i, &b)| {
+        let blank = b == b'\n'
+            && (before(i, 1) == Some(b'\n')
+                || (before(i, 1) == Some(b'\r') && before(i, 2) == Some(b'\n')));
+        blank.then_some(i + 1)
+    })
 }
 
 /// A chunk-size line's size (extensions after `;` ignored), if it is valid hex that fits.
@@ -479,12 +496,28 @@ GET /c HTTP/1.1\r\nX: last\r\n\r\n";
 
     #[test]
     fn a_blank_line_is_found_wherever_it_falls() {
-        assert!(may_end_head(b"GET / HTTP/1.1\r\n\r\n"));
-        assert!(may_end_head(b"GET / HTTP/1.1\n\n"));
-        assert!(may_end_head(b"\r\n\r\nGET / HT"));
-        assert!(may_end_head(b"a\n\nb"));
-        assert!(!may_end_head(b"GET / HTTP/1.1\r\nHost: x\r\n"));
-        assert!(!may_end_head(b"\r\n\r"));
-        assert!(!may_end_head(b""));
+        assert_eq!(blank_line_end(b"", b"GET / HTTP/1.1\r\n\r\n"), Some(18));
+        assert_eq!(blank_line_end(b"", b"GET / HTTP/1.1\n\n"), Some(16));
+        assert_eq!(blank_line_end(b"", b"\r\n\r\nGET / HT"), Some(4));
+        assert_eq!(blank_line_end(b"", b"a\n\nb"), Some(3));
+        assert_eq!(blank_line_end(b"", b"GET / HTTP/1.1\r\nHost: x\r\n"), None);
+        assert_eq!(blank_line_end(b"", b"\r\n\r"), None);
+        assert_eq!(blank_line_end(b"", b""), None);
+        // Begun before `data`.
+        assert_eq!(blank_line_end(b"x\r\n", b"\r\nGET"), Some(2));
+        assert_eq!(blank_line_end(b"\r\n\r", b"\nGET"), Some(1));
+        assert_eq!(blank_line_end(b"x\n", b"\nGET"), Some(1));
+        // Only the first, so that what follows is not copied with it.
+        assert_eq!(blank_line_end(b"", b"A\r\n\r\nB\r\n\r\n"), Some(5));
+    }
+
+    #[test]
+    fn pipelined_heads_hold_only_themselves() {
+        let one = b"GET /ok HTTP/1.1\r\nHost: test\r\n\r\n";
+        let heads = record(&[&one.repeat(1000)]);
+        assert_eq!(heads.len(), 1000);
+        assert!(heads
+            .iter()
+            .all(|head| head.bytes.capacity() <= 2 * one.len()));
     }
 }
