@@ -13,6 +13,9 @@ use crate::http::TlsFiles;
 
 /// Request streams one connection may have open at once (HTTP/2's usual limit).
 pub(super) const MAX_REQUEST_STREAMS: u32 = 100;
+/// Request body bytes one connection, and one stream, may have in before the app reads them.
+const RECEIVE_WINDOW: u32 = 2 * 1024 * 1024;
+const STREAM_RECEIVE_WINDOW: u32 = 1024 * 1024;
 
 /// Unidirectional streams a client may open: HTTP/3's control stream and QPACK's two, with
 /// room for grease streams, which clients may send and servers ignore.
@@ -33,6 +36,11 @@ pub(super) fn server_config(
         .map_err(|_| PyValueError::new_err("timeout_keep_alive is too long for QUIC"))?;
     transport
         .max_idle_timeout(Some(idle))
+        // What a client may send before the app reads, per connection and per stream, as
+        // HTTP/2's windows: quinn's default has no connection window, so 100 streams of
+        // uploads the app never read parked 125 MB on one connection.
+        .receive_window(VarInt::from_u32(RECEIVE_WINDOW))
+        .stream_receive_window(VarInt::from_u32(STREAM_RECEIVE_WINDOW))
         .max_concurrent_bidi_streams(VarInt::from_u32(MAX_REQUEST_STREAMS))
         .max_concurrent_uni_streams(VarInt::from_u32(MAX_UNI_STREAMS));
     config.transport_config(Arc::new(transport));
