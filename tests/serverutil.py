@@ -18,8 +18,10 @@ import importlib
 import json
 import os
 import re
+import selectors
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -398,6 +400,146 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def peak_rss_bytes(pid: int) -> int:
+    """The most memory ``pid`` has had resident (``VmHWM``), since it started or since the last
+    :func:`reset_peak_rss`."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for pid {pid}")
+
+
+def reset_peak_rss(pid: int) -> None:
+    """Set ``pid``'s ``VmHWM`` back to its current RSS (``/proc/PID/clear_refs``, Linux 4.0+),
+    so that :func:`peak_rss_bytes` then tells the peak of what follows alone."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def settled_rss(
+    pid: int, *, timeout: float = 5.0, window: float = 0.5, tolerance: int = 512 * 1024
+) -> int:
+    """``pid``'s RSS once it has moved less than ``tolerance`` bytes over ``window`` seconds
+    (sampled every 0.05 s), or the largest seen if it is still moving after ``timeout``: for
+    memory that a server fills up to where it stops (queues, buffers), read when it is there."""
+    samples: list[tuple[float, int]] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        now = time.monotonic()
+        samples.append((now, rss_bytes(pid)))
+        recent = [rss for at, rss in samples if at >= now - window]
+        if now - samples[0][0] >= window and max(recent) - min(recent) < tolerance:
+            return samples[-1][1]
+        if now > deadline:
+            return max(rss for _, rss in samples)
+        time.sleep(0.05)
+
+
+MiB = 2**20
+
+
+class RssGrowth:
+    """A process's memory against a baseline: made, it waits for the RSS to settle (up to
+    ``settle`` seconds), keeps it and resets the peak; then :meth:`now` (the RSS at once),
+    :meth:`held` (once settled, see :func:`settled_rss`) and :meth:`peak` (``VmHWM``) tell how
+    far above the baseline the process is, or went, in bytes."""
+
+    def __init__(self, pid: int, *, settle: float = 3.0) -> None:
+        self.pid = pid
+        self.baseline = settled_rss(pid, timeout=settle, window=0.3)
+        reset_peak_rss(pid)
+
+    def now(self) -> int:
+        return rss_bytes(self.pid) - self.baseline
+
+    def held(self, timeout: float = 5.0) -> int:
+        return settled_rss(self.pid, timeout=timeout, window=0.3) - self.baseline
+
+    def peak(self) -> int:
+        return peak_rss_bytes(self.pid) - self.baseline
+
+
+class Flood:
+    """Writes ``batch`` on ``sock`` over and over without ever reading, a non-blocking write at
+    a time (:meth:`pump`), resuming a short write where it stopped so that the stream is never
+    cut inside ``batch`` (make it whole frames or requests). Run several with :func:`flood`."""
+
+    def __init__(self, sock: socket.socket, batch: bytes) -> None:
+        self.sock = sock
+        self.batch = memoryview(batch)
+        self.offset = 0
+        self.sent = 0
+        self.started = time.monotonic()
+        self.last_send = self.started
+        #: Seconds from the start to the write that failed (the peer closed or reset), if any.
+        self.closed_after: float | None = None
+        sock.setblocking(False)
+
+    def pump(self) -> None:
+        if self.closed_after is not None:
+            return
+        try:
+            count = self.sock.send(self.batch[self.offset :])
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            return
+        except OSError:
+            self.closed_after = time.monotonic() - self.started
+            return
+        self.sent += count
+        self.offset = (self.offset + count) % len(self.batch)
+        self.last_send = time.monotonic()
+
+    def stalled_for(self) -> float:
+        """Seconds since the last write the peer took."""
+        return time.monotonic() - self.last_send
+
+    def finish(self, timeout: float = 5.0) -> None:
+        """Write the rest of the current ``batch`` (blocking, bounded by ``timeout``), so that
+        what follows on the socket starts at a batch boundary; the socket is left blocking."""
+        self.sock.settimeout(timeout)
+        if self.closed_after is None and self.offset:
+            self.sock.sendall(self.batch[self.offset :])
+            self.sent += len(self.batch) - self.offset
+            self.offset = 0
+
+
+def flood(floods: Sequence[Flood], seconds: float) -> None:
+    """Pump every :class:`Flood` whose socket takes more, for ``seconds`` (or until all fail)."""
+    deadline = time.monotonic() + seconds
+    with selectors.DefaultSelector() as selector:
+        for index, each in enumerate(floods):
+            selector.register(each.sock, selectors.EVENT_WRITE, index)
+        while (left := deadline - time.monotonic()) > 0:
+            if all(each.closed_after is not None for each in floods):
+                return
+            for key, _ in selector.select(min(left, 0.1)):
+                floods[key.data].pump()
+
+
+def closed_within(socks: Sequence[socket.socket], timeout: float) -> int:
+    """How many of ``socks`` the peer closes (or resets) within ``timeout``; whatever arrives on
+    them meanwhile is read and dropped."""
+    left_open = {sock.fileno(): sock for sock in socks}
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        for sock in socks:
+            sock.setblocking(False)
+            selector.register(sock, selectors.EVENT_READ)
+        while left_open and (left := deadline - time.monotonic()) > 0:
+            for key, _ in selector.select(min(left, 0.1)):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    data = sock.recv(65536)
+                except (BlockingIOError, ssl.SSLWantReadError):
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    selector.unregister(sock)
+                    left_open.pop(sock.fileno(), None)
+    return len(socks) - len(left_open)
 
 
 def pid_alive(pid: int) -> bool:
