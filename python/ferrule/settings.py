@@ -591,7 +591,9 @@ SETTINGS: tuple[Setting, ...] = (
         "http",
         200,
         "The HTTP/2 streams (requests) one connection may have open at once, announced to the "
-        "client in SETTINGS_MAX_CONCURRENT_STREAMS; a stream past it is refused.",
+        "client in SETTINGS_MAX_CONCURRENT_STREAMS; a stream past it is refused. Also the app "
+        "calls one connection may run at once: a stream reset while its app runs counts until "
+        "the app returns, and a request past the limit waits for one to end.",
         type=int,
         metavar="N",
         check=checks.at_least(1),
