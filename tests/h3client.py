@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,6 +153,36 @@ class H3Client(QuicConnectionProtocol):
                     break
             return frames
         return []
+
+
+async def stream_credit(client: H3Client, at_least: int) -> int:
+    """Request streams ``client`` may open now, once there are at least ``at_least`` (quinn
+    sends MAX_STREAMS once an eighth of its limit is free; aioquic does not wait for it)."""
+    deadline = time.monotonic() + 5
+    while True:
+        opened = client._quic.get_next_available_stream_id() // 4
+        free = client._quic._remote_max_streams_bidi - opened
+        if free >= at_least:
+            return free
+        assert time.monotonic() < deadline, free
+        await asyncio.sleep(0.02)
+
+
+async def open_and_reset(client: H3Client, rounds: int, path: str) -> None:
+    """``rounds`` times, opens as many POST streams to ``path`` as the client may (a body to
+    come) and resets each at once; returns once a stream may be opened again."""
+    head = [(b":method", b"POST"), (b":scheme", b"https"), (b":authority", b"127.0.0.1")]
+    for _ in range(rounds):
+        ids = []
+        for _ in range(await stream_credit(client, 100 - 100 // 8)):
+            stream_id = client._quic.get_next_available_stream_id()
+            client.http.send_headers(stream_id, [*head, (b":path", path.encode())])
+            client.http.send_data(stream_id, b"partial", end_stream=False)
+            ids.append(stream_id)
+        client.transmit()
+        for stream_id in ids:
+            client.reset_stream(stream_id)
+    await stream_credit(client, 1)
 
 
 def configuration(ca: Path, *, max_idle: float = 10.0) -> QuicConfiguration:

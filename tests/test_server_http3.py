@@ -22,7 +22,14 @@ from typing import Any, TypeVar
 import pytest
 from aioquic.quic.connection import QuicConnection
 from certs import Certs
-from h3client import GOAWAY, H3Client, StreamError, configuration, h3_connection
+from h3client import (
+    GOAWAY,
+    H3Client,
+    StreamError,
+    configuration,
+    h3_connection,
+    open_and_reset,
+)
 from serverutil import ServerProcess, ferrule_command, run_to_exit, running_server
 
 APP = "h3_app:app"
@@ -323,31 +330,9 @@ def test_streams_opened_and_reset_at_once(server: ServerProcess, certs: Certs) -
     and others, with no request left inside the app. Passed when written (once the test
     waited for credit, which aioquic does not: without the wait the server closes the
     connection with STREAM_LIMIT_ERROR, as it should)."""
-    head = [(b":method", b"POST"), (b":scheme", b"https"), (b":authority", b"127.0.0.1")]
-
-    async def credit(client: H3Client, at_least: int) -> int:
-        """Streams the client may open now, once there are at least ``at_least``."""
-        deadline = time.monotonic() + 5
-        while True:
-            opened = client._quic.get_next_available_stream_id() // 4
-            free = client._quic._remote_max_streams_bidi - opened
-            if free >= at_least:
-                return free
-            assert time.monotonic() < deadline, free
-            await asyncio.sleep(0.02)
 
     async def work(client: H3Client) -> int:
-        for _ in range(3):
-            ids = []
-            for _ in range(await credit(client, 100 - 100 // 8)):
-                stream_id = client._quic.get_next_available_stream_id()
-                client.http.send_headers(stream_id, [*head, (b":path", b"/echo")])
-                client.http.send_data(stream_id, b"partial", end_stream=False)
-                ids.append(stream_id)
-            client.transmit()
-            for stream_id in ids:
-                client.reset_stream(stream_id)
-        await credit(client, 1)
+        await open_and_reset(client, 3, "/echo")
         return (await client.request("GET", "/scope")).status
 
     assert h3(server, certs, work) == 200
