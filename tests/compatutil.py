@@ -18,12 +18,15 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from conftest import HAS_UVLOOP
-from serverutil import ServerProcess, is_clean_exit, read_events, running_server
+from serverutil import ServerProcess, is_clean_exit, poll, read_events, running_server
 
 #: What a user reading the server's stderr after a stop would take for a problem.
 ERROR_MARKERS = ("Task was destroyed but it is pending!", "Traceback", "ERROR", "Exception")
@@ -111,3 +114,15 @@ def parse_sse(text: str) -> list[dict[str, str]]:
     if current:
         events.append(current)
     return events
+
+
+def background_task_ran(client: httpx.Client) -> Any:
+    """POSTs ``/background/KEY`` (the app answers 202 and leaves a background task), then polls
+    ``/results/KEY`` until the task has recorded its result, which is returned."""
+    key = uuid.uuid4().hex
+    assert client.post(f"/background/{key}").status_code == 202
+    return poll(
+        lambda: (r := client.get(f"/results/{key}")).status_code == 200 and r.json(),
+        timeout=5,
+        what="the background task's result",
+    )

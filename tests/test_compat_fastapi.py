@@ -16,7 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from compatutil import STOP_CASES, framework_server, logged_events, stop_cleanly
+from compatutil import (
+    STOP_CASES,
+    background_task_ran,
+    framework_server,
+    logged_events,
+    stop_cleanly,
+)
 from conftest import LOOP_KINDS
 from serverutil import APPS_DIR, ServerProcess, poll
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -268,13 +274,11 @@ def test_clean_stop_after_serving(tmp_path: Path, loop: str, sig: int) -> None:
     stderr holds no "Task was destroyed but it is pending!", Traceback, ERROR or Exception.
     Broken: a slow or unclean exit, no shutdown event, or such lines on stderr."""
     with framework_server(APP, loop, tmp_path / "events.log") as srv:
-        key = uuid.uuid4().hex
         with srv.client() as client:
             assert client.post("/items", json={"name": "a", "price": 1}).status_code == 201
             assert client.post("/upload", files={"file": ("a", b"x" * 1000)}).status_code == 200
             assert client.get("/stream", params={"n": 5}).status_code == 200
-            assert client.post(f"/background/{key}").status_code == 202
-            poll(lambda: client.get(f"/results/{key}").status_code == 200, timeout=5)
+            background_task_ran(client)
 
         async def echo() -> object:
             async with ws_connect(srv, "/ws") as ws:

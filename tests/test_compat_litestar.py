@@ -14,7 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from compatutil import STOP_CASES, framework_server, logged_events, parse_sse, stop_cleanly
+from compatutil import (
+    STOP_CASES,
+    background_task_ran,
+    framework_server,
+    logged_events,
+    parse_sse,
+    stop_cleanly,
+)
 from conftest import LOOP_KINDS
 from serverutil import ServerProcess, poll
 from wsutil import recv, run, ws_connect
@@ -90,14 +97,8 @@ def test_background_task_exception_handler_and_500(server: ServerProcess) -> Non
     """Rule: a response's BackgroundTask runs after it, an exception handler makes its 418, a
     handler that raises gives 500 and the server serves on, and ``on_startup`` ran once.
     Broken: no result, wrong statuses, or later requests fail."""
-    key = uuid.uuid4().hex
     with server.client() as client:
-        assert client.post(f"/background/{key}").status_code == 202
-        result = poll(
-            lambda: (r := client.get(f"/results/{key}")).status_code == 200 and r.json(),
-            timeout=5,
-            what="the background task's result",
-        )
+        result = background_task_ran(client)
         teapot = client.get("/teapot")
         boom = client.get("/boom")
         after = client.get("/")
@@ -157,14 +158,12 @@ def test_clean_stop_after_serving(tmp_path: Path, loop: str, sig: int) -> None:
     holds no "Task was destroyed but it is pending!", Traceback, ERROR or Exception. Broken: a
     slow or unclean exit, no shutdown event, or such lines on stderr."""
     with framework_server(APP, loop, tmp_path / "events.log") as srv:
-        key = uuid.uuid4().hex
         with srv.client() as client:
             assert client.post("/items", json={"name": "a", "price": 1}).status_code == 201
             assert client.post("/upload", files={"file": ("f", b"abc")}).status_code == 201
             assert client.get("/stream").status_code == 200
             assert client.get("/sse").status_code == 200
-            assert client.post(f"/background/{key}").status_code == 202
-            poll(lambda: client.get(f"/results/{key}").status_code == 200, timeout=5)
+            background_task_ran(client)
 
         async def echo() -> object:
             async with ws_connect(srv, "/ws") as ws:

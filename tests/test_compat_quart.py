@@ -18,7 +18,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from compatutil import STOP_CASES, framework_server, logged_events, stop_cleanly
+from compatutil import (
+    STOP_CASES,
+    background_task_ran,
+    framework_server,
+    logged_events,
+    stop_cleanly,
+)
 from conftest import LOOP_KINDS
 from serverutil import ServerProcess, poll
 from websockets.exceptions import InvalidStatus
@@ -101,14 +107,8 @@ def test_background_task_error_handler_and_500(server: ServerProcess) -> None:
     """Rule: ``add_background_task`` work runs after the 202, an error handler makes its 418,
     a route that raises gives 500, the server keeps serving, and ``before_serving`` ran once.
     Broken: no result, the wrong statuses, or later requests fail."""
-    key = uuid.uuid4().hex
     with server.client() as client:
-        assert client.post(f"/background/{key}").status_code == 202
-        result = poll(
-            lambda: (r := client.get(f"/results/{key}")).status_code == 200 and r.json(),
-            timeout=5,
-            what="the background task's result",
-        )
+        result = background_task_ran(client)
         teapot = client.get("/teapot")
         boom = client.get("/boom")
         after = client.get("/")
@@ -219,13 +219,11 @@ def test_clean_stop_after_serving(tmp_path: Path, loop: str, sig: int) -> None:
     holds no "Task was destroyed but it is pending!", Traceback, ERROR or Exception. Broken: a
     slow or unclean exit, no shutdown event, or such lines on stderr."""
     with framework_server(APP, loop, tmp_path / "events.log") as srv:
-        key = uuid.uuid4().hex
         with srv.client() as client:
             assert client.post("/json", json={"a": 1}).status_code == 201
             assert client.post("/form", files={"file": ("f", b"abc")}).status_code == 200
             assert client.get("/stream").status_code == 200
-            assert client.post(f"/background/{key}").status_code == 202
-            poll(lambda: client.get(f"/results/{key}").status_code == 200, timeout=5)
+            background_task_ran(client)
 
         async def echo() -> str | bytes:
             async with ws_connect(srv, "/ws") as ws:
