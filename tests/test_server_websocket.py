@@ -35,6 +35,7 @@ from wsutil import (
     closed_by_server,
     raw_handshake,
     recv,
+    refused_status,
     run,
     still_serving,
     token,
@@ -304,15 +305,7 @@ def test_close_before_accept_is_403(server: ServerProcess) -> None:
     finally:
         ws.close()
 
-    async def scenario() -> int:
-        try:
-            async with ws_connect(server, "/reject"):
-                pass
-        except InvalidStatus as exc:
-            return exc.response.status_code
-        raise AssertionError("the handshake succeeded")
-
-    assert run(scenario()) == 403
+    assert run(refused_status(server, "/reject")) == 403
 
 
 def test_handshakes_and_closes_are_logged_as_uvicorn_logs_them(server: ServerProcess) -> None:

@@ -30,7 +30,6 @@ from serverutil import (
     running_server,
     start_server,
 )
-from websockets.exceptions import InvalidStatus
 from wsutil import (
     OP_BINARY,
     OP_CLOSE,
@@ -44,6 +43,7 @@ from wsutil import (
     closed_by_server,
     raw_handshake,
     recv,
+    refused_status,
     run,
     still_serving,
     token,
@@ -258,16 +258,7 @@ def test_close_before_accept_denies_403_whatever_its_reason(server: ServerProces
     raised ``TypeError: 'list' object is not an instance of 'str'``, the client got 500 and the
     log a traceback."""
     before = server.stderr.count("Traceback")
-
-    async def scenario() -> int:
-        try:
-            async with ws_connect(server, "/reject-listing"):
-                pass
-        except InvalidStatus as exc:
-            return exc.response.status_code
-        raise AssertionError("the handshake succeeded")
-
-    assert run(scenario()) == 403
+    assert run(refused_status(server, "/reject-listing")) == 403
     assert server.stderr.count("Traceback") == before, server.describe()
 
 
@@ -328,16 +319,7 @@ def test_ws_none_serves_upgrade_as_http() -> None:
             ws.close()
         assert info["type"] == "http", info
         assert info["path"] == "/echo", info
-
-        async def scenario() -> int:
-            try:
-                async with ws_connect(srv, "/echo"):
-                    pass
-            except InvalidStatus as exc:
-                return exc.response.status_code
-            raise AssertionError("the handshake succeeded with --ws none")
-
-        assert run(scenario()) == 200
+        assert run(refused_status(srv, "/echo")) == 200
         assert srv.returncode is None, srv.describe()
 
 

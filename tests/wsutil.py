@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from serverutil import RawConnection, RawResponse, ServerProcess, request_bytes
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 #: Default bound for one scenario run by :func:`run` (a 1 MiB message included).
 TIMEOUT = 10.0
@@ -72,6 +72,17 @@ def ws_connect(server: ServerProcess, path: str, **options: Any) -> connect:
     options.setdefault("max_size", 4 * 1024 * 1024)
     options.setdefault("proxy", None)
     return connect(ws_url(server, path), **options)
+
+
+async def refused_status(server: ServerProcess, path: str, **options: Any) -> int:
+    """The HTTP status with which the server refuses a WebSocket handshake on ``path``; fails
+    the test if the handshake succeeds."""
+    try:
+        async with ws_connect(server, path, **options):
+            pass
+    except InvalidStatus as exc:
+        return exc.response.status_code
+    raise AssertionError(f"the handshake on {path} succeeded")
 
 
 async def recv(ws: ClientConnection, timeout: float = 5.0) -> str | bytes:
