@@ -34,10 +34,10 @@ pub const BODY_CHANNEL_CAPACITY: usize = 256;
 /// hyper takes some. Twice the benchmark's 256 x 1 KiB stream, which thus never waits.
 const BODY_QUEUE_BYTES: usize = 512 * 1024;
 
-/// What the queue may hold before the peer has taken anything: the queue grows from it to
-/// `BODY_QUEUE_BYTES` as fast as hyper passes bytes on. An HTTP/2 client that never opens its
-/// flow-control window thus costs this per stream (plus the one frame hyper holds), not the
-/// whole queue: 200 such streams held 112 MiB with a fixed 512 KiB.
+/// What an HTTP/2 or HTTP/3 stream's queue may hold before the peer has taken anything: the
+/// queue grows from it to `BODY_QUEUE_BYTES` as fast as hyper passes bytes on. A client that
+/// never opens its flow-control window thus costs this per stream (plus the one frame hyper
+/// holds), not the whole queue: 200 such streams held 112 MiB with a fixed 512 KiB.
 const BODY_QUEUE_FLOOR: usize = 8 * 1024;
 
 /// Request body bytes an HTTP/1.1 connection reads and throws away once the app is done
@@ -191,11 +191,17 @@ impl Exchange {
     /// Whether `len` more body bytes fit the queue's bound, which follows what hyper has passed
     /// on (`BODY_QUEUE_FLOOR`). A chunk larger than the bound goes once the queue is empty and
     /// hyper has passed on the last frame it took, so a stalled stream holds one such chunk.
+    /// HTTP/1.1 has one response at a time per connection, whose queue starts whole: a stream
+    /// of small chunks then never waits for hyper's first frames.
     pub(super) fn has_room_for(&self, len: usize) -> bool {
         let queue = &self.body;
         let queued = queue.queued.load(Ordering::Acquire);
+        let floor = match self.started.0 {
+            Protocol::Http1 => BODY_QUEUE_BYTES,
+            _ => BODY_QUEUE_FLOOR,
+        };
         let passed_on = queue.passed_on.load(Ordering::Acquire);
-        let bound = BODY_QUEUE_FLOOR
+        let bound = floor
             .saturating_add(passed_on.saturating_mul(2))
             .min(BODY_QUEUE_BYTES);
         queued + len <= bound || (queued == 0 && queue.outstanding.load(Ordering::Acquire) == 0)
