@@ -215,13 +215,12 @@ impl Recorder {
         // copied: copied along with it, the requests pipelined behind it made each head hold
         // all the bytes that followed (66 MiB for 5,000 pipelined requests).
         let parsed = parse_head(if before > 0 { &self.pending } else { data });
-        let (len, fields, framing, mut bytes) = match parsed {
+        let (fields, framing, mut bytes) = match parsed {
             Parsed::Head {
-                len,
                 fields,
                 framing,
                 bytes,
-            } => (len, fields, framing, bytes),
+            } => (fields, framing, bytes),
             Parsed::Incomplete | Parsed::PrefacePart => {
                 if before == 0 {
                     self.pending.extend_from_slice(data);
@@ -246,7 +245,7 @@ impl Recorder {
         if before > 0 {
             self.pending = Vec::new();
         }
-        let Some(rest_start) = len.checked_sub(before) else {
+        let Some(rest_start) = bytes.len().checked_sub(before) else {
             self.stop(); // a head that ended in bytes already seen: not one we follow
             return &[];
         };
@@ -304,9 +303,8 @@ impl Recorder {
 
 /// What a request head's bytes so far make.
 enum Parsed {
-    /// A whole head: its length, its fields (ranges in `bytes`), its framing, and a copy of it.
+    /// A whole head: a copy of its bytes, its fields (ranges in `bytes`), its framing.
     Head {
-        len: usize,
         fields: Vec<(Range<usize>, Range<usize>)>,
         framing: Framing,
         bytes: Vec<u8>,
@@ -351,15 +349,12 @@ fn parse_head(buf: &[u8]) -> Parsed {
     }
     framing.upgrade |= request.method == Some("CONNECT");
     Parsed::Head {
-        len,
         fields,
         framing,
         bytes: buf[..len].to_vec(),
     }
 }
 
-/// Whether `data` (the new bytes, with the 3 before them) holds a blank line, so a head may be
-/// complete. The usual request arrives whole and ends with one: checked first, before scanning.
 /// Whether `data` (the new bytes, with the 3 before them) holds a blank line, so a head may be
 /// complete. The usual request arrives whole and ends with one: checked first, before scanning.
 fn may_end_head(data: &[u8]) -> bool {
