@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 pub(crate) struct AppCalls {
     running: AtomicUsize,
     limit: usize,
-    /// Told each time an app call ends, for a request waiting for one (`next`).
+    /// Told each time an app call ends, for a request waiting for one (`start`).
     ended: Notify,
 }
 

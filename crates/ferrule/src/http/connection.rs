@@ -6,7 +6,7 @@ use http::HeaderValue;
 
 use crate::asgi::conn::ConnInfo;
 
-use super::app_calls::{AppCall, AppCalls};
+use super::app_calls::AppCalls;
 use super::heads::HeadLog;
 use super::streams::OpenStreams;
 
@@ -21,7 +21,7 @@ pub(crate) struct Connection {
     /// `h3=":PORT"`, added to every response over TLS when HTTP/3 is served beside it.
     pub(super) alt_svc: Option<HeaderValue>,
     /// Its app calls running, at most as many as it may have streams open.
-    app_calls: Arc<AppCalls>,
+    pub(super) app_calls: Arc<AppCalls>,
 }
 
 impl Connection {
@@ -34,16 +34,6 @@ impl Connection {
             alt_svc: None,
             app_calls: Arc::new(AppCalls::new(max_app_calls)),
         }
-    }
-
-    /// One more app call, if fewer than the limit run.
-    pub(super) fn try_app_call(&self) -> Option<AppCall> {
-        self.app_calls.try_start()
-    }
-
-    /// One more app call, once fewer than the limit run.
-    pub(super) async fn app_call(&self) -> AppCall {
-        self.app_calls.start().await
     }
 
     /// The connection, announcing HTTP/3 with `alt_svc` on every response.

@@ -54,7 +54,7 @@ pub(crate) fn handle(
     server: Arc<Server>,
 ) -> impl Future<Output = Result<Response<ResponseBody>, Infallible>> + Send {
     let http1 = request.version() < http::Version::HTTP_2;
-    let begun = match conn.try_app_call() {
+    let begun = match conn.app_calls.try_start() {
         Some(app_call) => Ok(begin(request, &conn, &server, app_call)),
         // As many app calls run as the connection may have streams (streams it reset while
         // their app ran): this one waits for one of them to end.
@@ -64,7 +64,7 @@ pub(crate) fn handle(
         let begun = match begun {
             Ok(begun) => begun,
             Err(request) => {
-                let app_call = Box::pin(conn.app_call()).await;
+                let app_call = Box::pin(conn.app_calls.start()).await;
                 begin(*request, &conn, &server, app_call)
             }
         };
