@@ -141,7 +141,7 @@ async fn read_body_chunk(
                         state.body = RequestBody::Done;
                         drop(state);
                         request_message(py, &data, false)
-                    } else if state.app_done {
+                    } else if state.app_done() {
                         // The app ended while this read was under way (it cancelled its
                         // `receive()`): no one will read on.
                         state.body = RequestBody::Done;
@@ -329,18 +329,20 @@ impl HttpSend {
 
     fn body(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let body = match optional_field(message, intern!(py, "body"))? {
-            Some(body) => body_bytes(
-                body.cast::<PyBytes>()
-                    .map_err(|_| PyTypeError::new_err("http.response.body 'body' must be bytes"))?,
-            ),
+            Some(body) => {
+                let body = body
+                    .cast::<PyBytes>()
+                    .map_err(|_| PyTypeError::new_err("http.response.body 'body' must be bytes"))?;
+                // A HEAD response has GET's headers and no content: hyper drops it over
+                // HTTP/1.1, but would send it in DATA frames over HTTP/2, which the client
+                // takes for an error.
+                if self.exchange.head_request {
+                    Bytes::new()
+                } else {
+                    body_bytes(body)
+                }
+            }
             None => Bytes::new(),
-        };
-        // A HEAD response has GET's headers and no content: hyper drops it over HTTP/1.1, but
-        // would send it in DATA frames over HTTP/2, which the client takes for an error.
-        let body = if self.exchange.head_request {
-            Bytes::new()
-        } else {
-            body
         };
         let more_body = optional_flag(message, intern!(py, "more_body"))?;
         let exchange = &self.exchange;

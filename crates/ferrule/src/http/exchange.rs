@@ -101,13 +101,16 @@ pub(super) struct ExchangeState {
     /// The request's head once the scope is built from it, for the request's task to drop
     /// (`Exchange::keep_spent_head`).
     spent_head: Option<Box<RequestHead>>,
-    /// The app's coroutine has ended: a body it left unread is discarded, not kept for it.
-    pub(super) app_done: bool,
-    /// Counts the app's call against its connection's limit until it ends.
+    /// Counts the app's call against its connection's limit until it ends (`app_done`).
     app_call: Option<AppCall>,
 }
 
 impl ExchangeState {
+    /// The app's coroutine has ended: a body it left unread is discarded, not kept for it.
+    pub(super) fn app_done(&self) -> bool {
+        self.app_call.is_none()
+    }
+
     /// Answers `status` and closes, if the response has not started (else nothing to do).
     pub(super) fn refuse(&mut self, status: StatusCode, settings: &Settings) {
         if let Some(head_tx) = self.head_tx.take() {
@@ -166,7 +169,6 @@ impl Exchange {
                 trailers: HeaderMap::new(),
                 logged_headers: Vec::new(),
                 spent_head: None,
-                app_done: false,
                 app_call: Some(app_call),
             }),
             body: BodyQueue::default(),
@@ -326,7 +328,6 @@ impl Exchange {
                 }
             };
             state.phase = Phase::Complete;
-            state.app_done = true;
             state.app_call = None;
             // A body being read now is discarded by its reader when the read ends.
             let unread = match std::mem::replace(&mut state.body, RequestBody::Done) {
