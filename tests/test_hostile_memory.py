@@ -169,9 +169,13 @@ def test_ping_flooder_that_never_reads_is_closed_at_the_ping_timeout() -> None:
         flooder = Flooder(srv)
         client_port = flooder.sock.getsockname()[1]
         try:
-            flood([flooder], 1.0)
-            assert gauge(srv, "ws")["now"] == 1, "the flooder's app call is not running"
-            flood([flooder], 2.0)
+            # Checked before the flood: 1 s into it is the ping timeout itself, a race.
+            poll(
+                lambda: gauge(srv, "ws")["now"] == 1,
+                timeout=2,
+                what="the flooder's app call to run",
+            )
+            flood([flooder], 3.0)
             check_serves_promptly(srv)
             ended = gauge(srv, "ws")["now"] == 0
             released = not server_end_open(srv.port or 0, client_port)
