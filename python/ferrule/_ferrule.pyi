@@ -67,6 +67,12 @@ class Bridge:
         """Unhook the bridge from the loop and stop its tokio runtime. Idempotent."""
 
 COUNTERS: tuple[str, ...]
+#: uvicorn's TRACE log level number, below DEBUG.
+TRACE: int
+#: The smallest ``--max-head-size`` (hyper's read buffer is twice it, at least 8 KiB).
+MIN_HEAD_SIZE: int
+#: What ``--http`` may say, once uvicorn's names are mapped onto them.
+HTTP_VERSIONS: tuple[str, ...]
 
 class NativeFuture(Generic[T]):
     """ferrule's own awaitable, resolved from Rust.

@@ -41,12 +41,6 @@ pub fn log_app_exception(py: Python<'_>, handles: &PyHandles, error: PyErr) {
     }
 }
 
-/// `logging`'s level numbers, and uvicorn's TRACE below DEBUG.
-pub const TRACE: u8 = 5;
-pub const INFO: u8 = 20;
-pub const WARNING: u8 = 30;
-pub const ERROR: u8 = 40;
-
 /// Logs `line` on the error logger at `level` (a `logging` level number), as uvicorn logs its
 /// connection events there.
 pub fn log_line(handles: &PyHandles, level: u8, line: &str) {

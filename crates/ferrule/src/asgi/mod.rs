@@ -14,7 +14,8 @@
 //! - `messages`: reading the app's messages (optional fields, headers);
 //! - `responses`: responses the server makes itself;
 //! - `disconnected`: `ClientDisconnected`, what `send()` raises once the client has gone;
-//! - `logging`: logging what an app raised.
+//! - `logging`: logging what an app raised;
+//! - `levels`: the log level numbers, TRACE's shared with Python.
 
 pub(crate) mod access_format;
 pub(crate) mod access_log;
@@ -22,6 +23,7 @@ pub(crate) mod conn;
 pub(crate) mod diagnostics;
 pub(crate) mod disconnected;
 pub(crate) mod handles;
+pub(crate) mod levels;
 pub(crate) mod live;
 pub(crate) mod logging;
 pub(crate) mod messages;
@@ -36,9 +38,16 @@ use pyo3::prelude::*;
 
 pub use self::disconnected::ClientDisconnected;
 
-/// Registers the exception the ASGI callables raise, and the access log format's check, on
-/// `module`.
+/// Registers the exception the ASGI callables raise, the access log format's check, and the
+/// facts Python's settings take from here (TRACE, the smallest head limit, `--http`'s values),
+/// on `module`.
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add("TRACE", levels::TRACE)?;
+    module.add("MIN_HEAD_SIZE", settings::MIN_HEAD_SIZE)?;
+    module.add(
+        "HTTP_VERSIONS",
+        pyo3::types::PyTuple::new(module.py(), settings::HTTP_VERSIONS)?,
+    )?;
     module.add(
         "ClientDisconnected",
         module.py().get_type::<ClientDisconnected>(),

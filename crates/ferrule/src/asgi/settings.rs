@@ -142,7 +142,11 @@ impl Settings {
 
 /// The smallest request head limit: hyper's read buffer (twice the limit) cannot be smaller
 /// than 8 KiB.
-const MIN_HEAD_SIZE: usize = 4096;
+pub const MIN_HEAD_SIZE: usize = 4096;
+
+/// What `--http` may say: HTTP/1.1 and HTTP/2, HTTP/1.1 alone, HTTP/2 alone (Python's aliases
+/// for uvicorn's names map onto these).
+pub const HTTP_VERSIONS: [&str; 3] = ["auto", "1", "2"];
 
 /// The HTTP versions `--http` allows.
 #[derive(Clone, Copy)]
@@ -163,7 +167,9 @@ impl HttpVersions {
                 h1: false,
                 h2: true,
             }),
-            _ => Err(PyValueError::new_err("http must be 'auto', '1' or '2'")),
+            _ => Err(PyValueError::new_err(format!(
+                "http must be one of {HTTP_VERSIONS:?}, not {http:?}"
+            ))),
         }
     }
 }
@@ -186,11 +192,12 @@ mod read {
     use pyo3::prelude::*;
 
     use super::{optional_seconds, AccessFormat, HttpVersions, MIN_HEAD_SIZE};
+    use crate::asgi::levels::TRACE;
     use crate::asgi::proxy::TrustedProxies;
 
     /// `log_level_number`: whether it is at or below uvicorn's TRACE.
     pub fn at_trace(value: &Bound<'_, PyAny>) -> PyResult<bool> {
-        Ok(value.extract::<i64>()? <= i64::from(crate::asgi::logging::TRACE))
+        Ok(value.extract::<i64>()? <= i64::from(TRACE))
     }
 
     pub fn timeout_keep_alive(value: &Bound<'_, PyAny>) -> PyResult<Duration> {

@@ -12,7 +12,8 @@ use tokio::sync::oneshot;
 
 use crate::asgi::access_log::AccessEntry;
 use crate::asgi::conn::ConnInfo;
-use crate::asgi::logging::{log_line, WARNING};
+use crate::asgi::levels::WARNING;
+use crate::asgi::logging::log_line;
 use crate::asgi::raw_head::RawHead;
 use crate::asgi::responses::{closing_response, plain_response};
 use crate::asgi::scope::build_scope;

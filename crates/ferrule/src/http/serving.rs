@@ -14,8 +14,9 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use crate::asgi::conn::ConnInfo;
+use crate::asgi::levels::TRACE;
 use crate::asgi::live::Stop;
-use crate::asgi::logging::{log_line, TRACE};
+use crate::asgi::logging::log_line;
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
 

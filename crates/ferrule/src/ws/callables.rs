@@ -12,7 +12,8 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::asgi::disconnected::client_gone;
-use crate::asgi::logging::{log_line, WARNING};
+use crate::asgi::levels::WARNING;
+use crate::asgi::logging::log_line;
 use crate::asgi::messages::{optional_field, optional_flag, parse_headers};
 use crate::asgi::responses::plain_response;
 use crate::bridge::{NativeFuture, ResumeVia};
