@@ -17,5 +17,5 @@ fn _ferrule(module: &Bound<'_, PyModule>) -> PyResult<()> {
     ferrule::asgi::register(module)?;
     ferrule::metrics::register(module)?;
     ferrule::h3::register(module)?;
-    ferrule::http::register(module)
+    ferrule::tcp::register(module)
 }

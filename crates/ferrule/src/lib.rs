@@ -27,4 +27,5 @@ pub mod bridge;
 pub mod h3;
 pub mod http;
 pub mod metrics;
+pub mod tcp;
 pub mod ws;

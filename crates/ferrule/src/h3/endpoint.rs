@@ -9,7 +9,7 @@ use quinn::crypto::rustls::QuicServerConfig;
 use quinn::{IdleTimeout, TransportConfig, VarInt};
 
 use crate::asgi::settings::Settings;
-use crate::http::TlsFiles;
+use crate::tcp::TlsFiles;
 
 /// Request streams one connection may have open at once (HTTP/2's usual limit).
 pub(super) const MAX_REQUEST_STREAMS: u32 = 100;

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 
 use crate::asgi::server::Server;
 use crate::bridge::NativeFuture;
-use crate::http::{HttpServer, StoppedSignal, TlsFiles};
+use crate::tcp::{HttpServer, StoppedSignal, TlsFiles};
 
 use super::endpoint::server_config;
 use super::serving::serve;

@@ -13,7 +13,8 @@ use tokio::task::JoinSet;
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::live::Stop;
 use crate::asgi::server::Server;
-use crate::http::{cancel_running, drain_within, Connection};
+use crate::http::Connection;
+use crate::tcp::{cancel_running, drain_within};
 
 use super::endpoint::MAX_REQUEST_STREAMS;
 use super::stream::serve_request;

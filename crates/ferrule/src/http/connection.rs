@@ -13,15 +13,15 @@ use super::streams::OpenStreams;
 /// One connection as its requests see it: its two ends (the scope's), and what the server
 /// keeps track of on it.
 pub(crate) struct Connection {
-    pub(super) info: ConnInfo,
+    pub(crate) info: ConnInfo,
     /// The request heads recorded as they were read, in the client's order.
-    pub(super) heads: Arc<HeadLog>,
+    pub(crate) heads: Arc<HeadLog>,
     /// Its requests in progress, for the idle timeout and for putting it aside when idle.
-    pub(super) streams: Arc<OpenStreams>,
+    pub(crate) streams: Arc<OpenStreams>,
     /// `h3=":PORT"`, added to every response over TLS when HTTP/3 is served beside it.
-    pub(super) alt_svc: Option<HeaderValue>,
+    pub(crate) alt_svc: Option<HeaderValue>,
     /// Its app calls running, at most as many as it may have streams open.
-    pub(super) app_calls: Arc<AppCalls>,
+    pub(crate) app_calls: Arc<AppCalls>,
 }
 
 impl Connection {

@@ -68,7 +68,7 @@ impl HeadLog {
         self.between_requests.load(Ordering::Acquire) && !self.write_waiting.load(Ordering::Acquire)
     }
 
-    pub(super) fn set_write_waiting(&self, waiting: bool) {
+    pub(crate) fn set_write_waiting(&self, waiting: bool) {
         self.write_waiting.store(waiting, Ordering::Release);
     }
 
@@ -77,7 +77,7 @@ impl HeadLog {
         self.setting_aside.store(aside, Ordering::Release);
     }
 
-    pub(super) fn setting_aside(&self) -> bool {
+    pub(crate) fn setting_aside(&self) -> bool {
         self.setting_aside.load(Ordering::Acquire)
     }
 
@@ -88,7 +88,7 @@ impl HeadLog {
 }
 
 /// How an HTTP/2 connection with prior knowledge starts (RFC 9113, 3.4).
-pub(super) const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Where the recorder is in the inbound byte stream.
 enum Position {

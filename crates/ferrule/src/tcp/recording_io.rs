@@ -15,7 +15,7 @@ use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::heads::{Recorder, HTTP2_PREFACE};
+use crate::http::{Recorder, HTTP2_PREFACE};
 
 /// A connection's stream with a [`Recorder`] watching what hyper reads from it.
 pub struct RecordingIo<T> {
@@ -225,8 +225,8 @@ mod tests {
 
     use tokio::io::AsyncReadExt;
 
-    use super::super::heads::HeadLog;
     use super::*;
+    use crate::http::HeadLog;
 
     /// A reader that yields `chunks` one read at a time.
     struct ChunkReader(Vec<Vec<u8>>);

@@ -19,14 +19,11 @@ use crate::asgi::live::Stop;
 use crate::asgi::logging::log_line;
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
+use crate::http::{handle, Connection, IncomingBody, Recorder};
 
-use super::connection::Connection;
 use super::finish_when::{Driven, FinishWhen};
-use super::heads::Recorder;
-use super::incoming::IncomingBody;
 use super::listener::{accept, IoStream, Listener};
 use super::recording_io::RecordingIo;
-use super::request::handle;
 
 /// How every connection of one server is served: hyper's settings for each version, and TLS
 /// if it is on.
@@ -425,7 +422,7 @@ trait Http1Connection: Future<Output = hyper::Result<()>> + Send + Unpin {
 
 impl<S> Http1Connection for http1::UpgradeableConnection<TokioIo<RecordingIo<Box<dyn IoStream>>>, S>
 where
-    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = super::body::ResponseBody>
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = crate::http::ResponseBody>
         + Send
         + Unpin,
     S::Future: Send + 'static,

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::connection::Connection;
 use super::listener::IoStream;
 use super::recording_io::RecordingIo;
+use crate::http::Connection;
 
 /// How long an HTTP/1.1 connection stays quiet between requests before hyper's connection
 /// (its 8 KiB buffers and state, about 20 KiB in all) is dropped, leaving the socket and 24
