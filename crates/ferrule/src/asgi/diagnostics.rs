@@ -22,6 +22,14 @@ pub struct Diagnostics {
 }
 
 impl Diagnostics {
+    /// The hooks `config` asks for; None when it asks for neither, so that a request pays one
+    /// check for them all.
+    pub fn from_config(config: &Bound<'_, PyAny>) -> PyResult<Option<Self>> {
+        let diagnostics: Self = config.extract()?;
+        let any = diagnostics.rust_hello_route.is_some() || diagnostics.stats_route.is_some();
+        Ok(any.then_some(diagnostics))
+    }
+
     /// The server's own answer for `path`, when it is one of the hooks'.
     pub fn answer<B: From<Bytes>>(
         &self,

@@ -1,6 +1,7 @@
 //! `LiveState`: what changes while the server runs: requests in flight, the stop signal,
 //! WebSocket sessions.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -122,4 +123,38 @@ struct RequestLimit {
     stops: bool,
     /// The graceful timeout the server stops with.
     graceful: Option<Duration>,
+}
+
+/// Runs `drain` until it ends (true) or the graceful timeout passes (false). A later, shorter
+/// timeout (a second Ctrl-C: `shutdown(0)`) cuts the wait short; a longer one never extends it.
+pub async fn drain_within(
+    drain: impl Future<Output = ()>,
+    stop: &mut watch::Receiver<Stop>,
+) -> bool {
+    let started = tokio::time::Instant::now();
+    let deadline_of = |stop: &Stop| stop.flatten().map(|timeout| started + timeout);
+    let mut deadline = deadline_of(&stop.borrow_and_update());
+    let mut watching = true;
+    tokio::pin!(drain);
+    loop {
+        let expired = async {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = &mut drain => return true,
+            () = expired => return false,
+            changed = stop.changed(), if watching => {
+                if changed.is_err() {
+                    watching = false; // the server is gone: no shorter timeout can come
+                    continue;
+                }
+                if let Some(new) = deadline_of(&stop.borrow_and_update()) {
+                    deadline = Some(deadline.map_or(new, |old| old.min(new)));
+                }
+            }
+        }
+    }
 }

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use pyo3::prelude::*;
+
 use crate::bridge;
 use crate::metrics::WorkerMetrics;
 
@@ -17,7 +19,27 @@ pub struct Server {
     pub settings: Settings,
     pub py: PyHandles,
     pub state: LiveState,
-    pub diagnostics: Diagnostics,
+    pub diagnostics: Option<Diagnostics>,
     /// This process's metrics slot, with `--metrics`.
     pub metrics: Option<WorkerMetrics>,
+}
+
+impl Server {
+    /// The graceful timeout has passed: every app coroutine still running is cancelled, and
+    /// said so.
+    pub fn cancel_running(&self) {
+        Python::attach(|py| {
+            let running = self.state.in_flight();
+            if running > 0 {
+                let line =
+                    format!("Cancel {running} running task(s), timeout graceful shutdown exceeded");
+                let _ = self
+                    .py
+                    .error_logger
+                    .bind(py)
+                    .call_method1(pyo3::intern!(py, "error"), (line,));
+            }
+            self.bridge.cancel_all(py);
+        });
+    }
 }

@@ -11,10 +11,9 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::asgi::conn::ConnInfo;
-use crate::asgi::live::Stop;
+use crate::asgi::live::{drain_within, Stop};
 use crate::asgi::server::Server;
 use crate::http::Connection;
-use crate::tcp::{cancel_running, drain_within};
 
 use super::endpoint::MAX_REQUEST_STREAMS;
 use super::stream::serve_request;
@@ -92,7 +91,7 @@ pub(super) async fn serve(
     if !drain_within(drain, &mut stop).await {
         // The TCP side does the same at the same deadline when it has connections to drain;
         // a second call finds nothing left to cancel.
-        cancel_running(&server);
+        server.cancel_running();
         let _ = abort_tx.send(true);
     }
     endpoint.close(H3_NO_ERROR, b"");
@@ -148,7 +147,7 @@ async fn serve_connection(
         server_addr,
     );
     info.tls = true;
-    let conn = Arc::new(Connection::new(info, MAX_REQUEST_STREAMS as usize));
+    let conn = Arc::new(Connection::new(info, MAX_REQUEST_STREAMS as usize, None));
     let settings = &server.settings;
     let built = h3::server::builder()
         // The request head's limit, as over HTTP/1.1 and HTTP/2: past it the h3 crate answers

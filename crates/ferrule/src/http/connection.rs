@@ -9,6 +9,7 @@ use crate::asgi::conn::ConnInfo;
 use super::app_calls::AppCalls;
 use super::heads::HeadLog;
 use super::streams::OpenStreams;
+use super::upgrade::Upgrader;
 
 /// One connection as its requests see it: its two ends (the scope's), and what the server
 /// keeps track of on it.
@@ -22,17 +23,21 @@ pub(crate) struct Connection {
     pub(crate) alt_svc: Option<HeaderValue>,
     /// Its app calls running, at most as many as it may have streams open.
     pub(crate) app_calls: Arc<AppCalls>,
+    /// How its upgrade requests become WebSockets; None where the transport has no way.
+    pub(crate) upgrader: Option<Upgrader>,
 }
 
 impl Connection {
-    /// `max_app_calls`: the streams the connection may have open at once.
-    pub(crate) fn new(info: ConnInfo, max_app_calls: usize) -> Self {
+    /// `max_app_calls`: the streams the connection may have open at once; `upgrader`, how
+    /// an upgrade request is served, if it can be.
+    pub(crate) fn new(info: ConnInfo, max_app_calls: usize, upgrader: Option<Upgrader>) -> Self {
         Self {
             info,
             heads: Arc::default(),
             streams: Arc::default(),
             alt_svc: None,
             app_calls: Arc::new(AppCalls::new(max_app_calls)),
+            upgrader,
         }
     }
 

@@ -9,10 +9,12 @@
 //! - `callables`: the ASGI `receive` / `send` callables (`HttpReceive`, `HttpSend`);
 //! - `incoming`: `IncomingBody`, a request body from hyper or from an HTTP/3 stream;
 //! - `body`: `ResponseBody`, the response body hyper polls (fed through `BodySource`);
+//! - `upgrade`: whether a request asks to become a WebSocket, and `Upgrader`, the transport's
+//!   way to serve it;
 //! - `app_done`: what happens when the app's coroutine finishes;
 //! - `access_log`: the access log line.
 //!
-//! It builds on `asgi` and `bridge`; an upgrade request goes to `ws::upgrade` (`request`).
+//! It builds on `asgi` and `bridge`; an upgrade request goes to the connection's `Upgrader`.
 
 mod access_log;
 mod app_calls;
@@ -25,6 +27,7 @@ mod heads;
 mod incoming;
 mod request;
 mod streams;
+mod upgrade;
 
 // What the transports use: the request path, a connection, the bodies, the head recorder.
 pub(crate) use self::body::ResponseBody;
@@ -34,3 +37,4 @@ pub(crate) use self::heads::HeadLog;
 pub(crate) use self::heads::{Recorder, HTTP2_PREFACE};
 pub(crate) use self::incoming::{BoxError, IncomingBody};
 pub(crate) use self::request::handle;
+pub(crate) use self::upgrade::Upgrader;

@@ -1,5 +1,5 @@
 //! One request: what is refused before the app sees it, the benchmark routes, the WebSocket
-//! hand-over, and calling the app.
+//! hand-over (to the connection's `Upgrader`), and calling the app.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -21,7 +21,6 @@ use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
 use crate::bridge::{trace, Completion};
 use crate::metrics::Protocol;
-use crate::ws;
 
 use super::app_calls::AppCall;
 use super::app_done::on_app_done;
@@ -31,6 +30,7 @@ use super::connection::Connection;
 use super::exchange::{Exchange, RequestHead};
 use super::incoming::IncomingBody;
 use super::streams::OpenStream;
+use super::upgrade::{is_upgrade, Upgrader};
 
 /// Tells the app the client is gone if hyper drops the request before the response head.
 struct DisconnectOnDrop(Option<Arc<Exchange>>);
@@ -73,14 +73,16 @@ pub(crate) fn handle(
             Begun::Answered(response) => response,
             Begun::Upgrade(upgrade) => {
                 let Upgrade {
+                    upgrader,
                     request,
                     raw_head,
                     received,
                     open_stream,
                 } = *upgrade;
-                // Boxed: held across its await, it would make every request's future larger.
-                let answer = Box::pin(ws::upgrade(request, raw_head, &conn.info, server.clone()));
-                let answer = answered(&server, Protocol::Ws, received, answer.await);
+                // Boxed (`Upgrader`): held across its await, it would make every request's
+                // future larger.
+                let answer = upgrader(request, raw_head, &conn.info, server.clone()).await;
+                let answer = answered(&server, Protocol::Ws, received, answer);
                 drop(open_stream);
                 return Ok(with_alt_svc(answer.map(ResponseBody::full), &conn));
             }
@@ -112,13 +114,14 @@ fn with_alt_svc(mut response: Response<ResponseBody>, conn: &Connection) -> Resp
 enum Begun {
     /// Answered without the app: refused, or a diagnostics route.
     Answered(Response<ResponseBody>),
-    /// A WebSocket handshake, for `ws::upgrade` (boxed: rare, and large).
+    /// A WebSocket handshake, for the connection's `Upgrader` (boxed: rare, and large).
     Upgrade(Box<Upgrade>),
     /// The app is running; its response head is to come.
     Started(Started),
 }
 
 struct Upgrade {
+    upgrader: Upgrader,
     request: Request<hyper::body::Incoming>,
     raw_head: Option<RawHead>,
     received: u64,
@@ -159,7 +162,7 @@ impl Started {
     }
 }
 
-/// Refuses the request, answers it, hands it to `ws::upgrade`, or starts the app on it, which
+/// Refuses the request, answers it, hands it to the connection's `Upgrader`, or starts the app on it, which
 /// then holds `app_call` until it ends. Inlined: it returns a large value, which `handle`'s
 /// future would otherwise copy.
 #[inline(always)]
@@ -198,22 +201,27 @@ fn begin(
         state.request_finished();
         return answer(closing_response(StatusCode::BAD_REQUEST, settings));
     }
-    if let Some(status) = refusal(&request, raw_head.is_some(), settings) {
+    // WebSockets are served where they are on and the transport can upgrade.
+    let upgrader = conn.upgrader.filter(|_| settings.websockets);
+    if let Some(status) = refusal(&request, raw_head.is_some(), upgrader.is_some(), settings) {
         state.request_finished();
         return answer(closing_response(status, settings));
     }
-    let path = request.uri().path();
-    if let Some(response) = server.diagnostics.answer(path, &server.bridge, settings) {
-        state.request_finished();
-        return answer(response);
+    if let Some(diagnostics) = &server.diagnostics {
+        let path = request.uri().path();
+        if let Some(response) = diagnostics.answer(path, &server.bridge, settings) {
+            state.request_finished();
+            return answer(response);
+        }
     }
-    if settings.websockets && ws::is_upgrade(&request) {
+    if let Some(upgrader) = upgrader.filter(|_| is_upgrade(&request)) {
         // An upgrade is HTTP/1.1's or HTTP/2's (`is_upgrade`): hyper's body, always.
         let (parts, IncomingBody::Hyper(body)) = request.into_parts() else {
             state.request_finished();
             return answer(plain_response(StatusCode::NOT_IMPLEMENTED, settings));
         };
         return Begun::Upgrade(Box::new(Upgrade {
+            upgrader,
             request: Request::from_parts(parts, body),
             raw_head,
             received,
@@ -317,9 +325,10 @@ fn answered<B>(
 fn refusal(
     request: &Request<IncomingBody>,
     recorded: bool,
+    websockets: bool,
     settings: &Settings,
 ) -> Option<StatusCode> {
-    if let Some(status) = unservable(request, settings.websockets) {
+    if let Some(status) = unservable(request, websockets) {
         return Some(status);
     }
     let headers = request.headers();
@@ -355,7 +364,7 @@ fn refusal(
 ///   omit it exist (a wrk script formatting requests before wrk knows the host) and work with
 ///   uvicorn.
 fn unservable(request: &Request<IncomingBody>, websockets: bool) -> Option<StatusCode> {
-    if request.method() == http::Method::CONNECT && !(websockets && ws::is_upgrade(request)) {
+    if request.method() == http::Method::CONNECT && !(websockets && is_upgrade(request)) {
         return Some(StatusCode::NOT_IMPLEMENTED);
     }
     let path = request.uri().path();

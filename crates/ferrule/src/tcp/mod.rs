@@ -22,9 +22,8 @@ use pyo3::prelude::*;
 
 pub use self::server::HttpServer;
 
-// What HTTP/3 shares: the server it rides beside, TLS files, the graceful drain.
+// What HTTP/3 shares: the server it rides beside, and its TLS files.
 pub(crate) use self::server::StoppedSignal;
-pub(crate) use self::serving::{cancel_running, drain_within};
 pub(crate) use self::tls::TlsFiles;
 
 /// Registers the server's classes on `module`.

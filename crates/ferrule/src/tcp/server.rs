@@ -52,7 +52,7 @@ impl HttpServer {
             })
             .transpose()?;
         let settings = Settings::from_config(config)?;
-        let diagnostics: Diagnostics = config.extract()?;
+        let diagnostics = Diagnostics::from_config(config)?;
         let tls = tls.map(|files| files.acceptor(settings.http)).transpose()?;
         let bridge = bridge.shared().clone();
         let server = Server {

@@ -9,17 +9,17 @@ use std::time::Duration;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use pyo3::prelude::*;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::levels::TRACE;
-use crate::asgi::live::Stop;
+use crate::asgi::live::{drain_within, Stop};
 use crate::asgi::logging::log_line;
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
-use crate::http::{handle, Connection, IncomingBody, Recorder};
+use crate::http::{handle, Connection, IncomingBody, Recorder, Upgrader};
+use crate::ws;
 
 use super::finish_when::{Driven, FinishWhen};
 use super::listener::{accept, IoStream, Listener};
@@ -76,8 +76,12 @@ pub(super) async fn accept_loop(
         let served = serve_connection(
             stream,
             Arc::new(
-                Connection::new(conn, server.settings.http2_max_concurrent_streams as usize)
-                    .announcing(setup.alt_svc.clone()),
+                Connection::new(
+                    conn,
+                    server.settings.http2_max_concurrent_streams as usize,
+                    Some(WEBSOCKETS),
+                )
+                .announcing(setup.alt_svc.clone()),
             ),
             server.clone(),
             setup.clone(),
@@ -133,7 +137,7 @@ pub(super) async fn accept_loop(
         let _ = ws_sessions.wait_for(|open| *open == 0).await;
     };
     if !drain_within(drain, &mut stop).await {
-        cancel_running(&server);
+        server.cancel_running();
         let _ = abort_tx.send(true);
     }
     if let Some(publisher) = publisher {
@@ -142,22 +146,9 @@ pub(super) async fn accept_loop(
     publish_metrics(&server);
 }
 
-/// The graceful timeout has passed: every app coroutine still running is cancelled, and said so.
-pub(crate) fn cancel_running(server: &Server) {
-    Python::attach(|py| {
-        let running = server.state.in_flight();
-        if running > 0 {
-            let line =
-                format!("Cancel {running} running task(s), timeout graceful shutdown exceeded");
-            let _ = server
-                .py
-                .error_logger
-                .bind(py)
-                .call_method1(pyo3::intern!(py, "error"), (line,));
-        }
-        server.bridge.cancel_all(py);
-    });
-}
+/// The `Upgrader` of a TCP connection: its WebSocket upgrades served by `ws`.
+const WEBSOCKETS: Upgrader =
+    |request, raw_head, conn, server| Box::pin(ws::upgrade(request, raw_head, conn, server));
 
 /// How often a worker copies its bridge counters, GIL-wait trace and WebSocket gauge into its
 /// metrics slot (requests and connections are counted there as they happen).
@@ -186,40 +177,6 @@ impl Drop for OpenConnection {
     fn drop(&mut self) {
         if let Some(metrics) = self.0.as_ref().and_then(|server| server.metrics.as_ref()) {
             metrics.connection_closed();
-        }
-    }
-}
-
-/// Runs `drain` until it ends (true) or the graceful timeout passes (false). A later, shorter
-/// timeout (a second Ctrl-C: `shutdown(0)`) cuts the wait short; a longer one never extends it.
-pub(crate) async fn drain_within(
-    drain: impl Future<Output = ()>,
-    stop: &mut watch::Receiver<Stop>,
-) -> bool {
-    let started = tokio::time::Instant::now();
-    let deadline_of = |stop: &Stop| stop.flatten().map(|timeout| started + timeout);
-    let mut deadline = deadline_of(&stop.borrow_and_update());
-    let mut watching = true;
-    tokio::pin!(drain);
-    loop {
-        let expired = async {
-            match deadline {
-                Some(deadline) => tokio::time::sleep_until(deadline).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = &mut drain => return true,
-            () = expired => return false,
-            changed = stop.changed(), if watching => {
-                if changed.is_err() {
-                    watching = false; // the server is gone: no shorter timeout can come
-                    continue;
-                }
-                if let Some(new) = deadline_of(&stop.borrow_and_update()) {
-                    deadline = Some(deadline.map_or(new, |old| old.min(new)));
-                }
-            }
         }
     }
 }

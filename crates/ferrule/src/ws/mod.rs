@@ -22,4 +22,4 @@ mod inflating_stream;
 mod socket;
 mod upgrade;
 
-pub use self::upgrade::{is_upgrade, upgrade};
+pub use self::upgrade::upgrade;

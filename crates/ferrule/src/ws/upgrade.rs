@@ -30,33 +30,6 @@ use super::deflate_params::negotiate;
 use super::exchange::WsExchange;
 use super::socket::run_socket;
 
-/// Whether `request` asks to become a WebSocket: an HTTP/1.1 upgrade (RFC 6455, 4.1) or an
-/// HTTP/2 extended CONNECT with `:protocol websocket` (RFC 8441, 4).
-pub fn is_upgrade<B>(request: &Request<B>) -> bool {
-    if request.version() == Version::HTTP_2 {
-        return is_extended_connect(request);
-    }
-    let headers = request.headers();
-    let upgrade = headers
-        .get(http::header::UPGRADE)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
-    let connection = headers.get_all(http::header::CONNECTION).iter().any(|v| {
-        v.as_bytes()
-            .split(|&b| b == b',')
-            .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
-    });
-    upgrade && connection && request.version() == Version::HTTP_11
-}
-
-/// Whether `request` is an HTTP/2 extended CONNECT for a WebSocket (RFC 8441, 4).
-fn is_extended_connect<B>(request: &Request<B>) -> bool {
-    request.method() == Method::CONNECT
-        && request
-            .extensions()
-            .get::<hyper::ext::Protocol>()
-            .is_some_and(|protocol| protocol.as_str().eq_ignore_ascii_case("websocket"))
-}
-
 /// Whether `key` is what RFC 6455 4.1 asks of `Sec-WebSocket-Key`: 16 bytes in base64, so 22
 /// base64 characters and `==`. A server "MUST" refuse a handshake with anything else (4.2.1).
 fn is_handshake_key(key: &[u8]) -> bool {
