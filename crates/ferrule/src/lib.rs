@@ -1,27 +1,20 @@
 //! ferrule's core: the bridge that drives Python coroutines from Rust, and the ASGI server
 //! (HTTP/1.1, HTTP/2, TLS, WebSockets) built on it.
 //!
-//! The modules depend on each other one way:
+//! The modules are layers, each using only those under it (`scripts/module_graph.py` checks
+//! this, and that no file imports one that imports it back):
 //!
 //! ```text
-//! metrics -> bridge
-//! asgi -> bridge, metrics
-//! ws   -> asgi, bridge
-//! http -> asgi, bridge, metrics, ws (ws::is_upgrade and ws::upgrade, the upgrade
-//!         hand-over)
-//! h3   -> http (its request path, shared), asgi, bridge
+//! tcp, h3      transports: TCP (with TLS) and QUIC; h3 rides beside tcp's HttpServer
+//! http, ws     protocols: HTTP/1.1 and HTTP/2 exchanges (the request path HTTP/3 shares),
+//!              WebSockets; siblings, neither imports the other
+//! asgi         what the protocols share: settings, Python handles, live state, the scope
+//! metrics      the Prometheus counts each worker adds to and the parent encodes
+//! bridge       drives coroutines; knows nothing of ASGI
 //! ```
 //!
-//! - `bridge` drives coroutines and knows nothing of ASGI;
-//! - `asgi` is what both protocols share (the server's settings, Python handles and live
-//!   state, connection info, the scope, reading messages, server-made responses);
-//! - `metrics` keeps the Prometheus counts each worker adds to and the parent encodes;
-//! - `ws` serves WebSockets with `asgi` and `bridge` alone;
-//! - `http` serves HTTP/1.1 and HTTP/2, and hands an upgrade request to `ws::upgrade`, its one
-//!   use of `ws`;
-//! - `h3` serves HTTP/3 over QUIC, handing each request to `http`'s request path.
-//!
-//! No two files of `asgi`, `http` or `ws` import each other, directly or in a circle.
+//! A TCP connection hands `http` the WebSocket upgrader (`ws::upgrade`), so that the request
+//! path can serve an upgrade without knowing `ws`.
 pub mod asgi;
 pub mod bridge;
 pub mod h3;
