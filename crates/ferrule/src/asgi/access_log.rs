@@ -12,6 +12,14 @@ use super::access_format::{basic_auth_user, AccessFields, AccessFormat};
 use super::conn::ConnInfo;
 use super::proxy::Forwarded;
 
+/// Where a server's access lines go: the `ferrule.access` logger, when access logging is on,
+/// and `--access-log-format`, when one was given (else uvicorn's line).
+#[derive(Clone, Copy)]
+pub struct AccessLog<'a> {
+    pub logger: &'a Py<PyAny>,
+    pub format: Option<&'a AccessFormat>,
+}
+
 /// What the access line of one request (or WebSocket session) needs of its request. Made only
 /// when the access log is on.
 pub struct AccessEntry {

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use crate::bridge;
 use crate::metrics::WorkerMetrics;
 
+use super::access_log::AccessLog;
 use super::diagnostics::Diagnostics;
 use super::handles::PyHandles;
 use super::live::LiveState;
@@ -25,6 +26,13 @@ pub struct Server {
 }
 
 impl Server {
+    /// Where its access lines go; None when access logging is off.
+    pub fn access_log(&self) -> Option<AccessLog<'_>> {
+        let logger = self.py.access_logger.as_ref()?;
+        let format = self.settings.access_log_format.as_ref();
+        Some(AccessLog { logger, format })
+    }
+
     /// The graceful timeout has passed: every app coroutine still running is cancelled, and
     /// said so.
     pub fn cancel_running(&self) {

@@ -3,23 +3,20 @@
 use http::HeaderValue;
 use pyo3::prelude::*;
 
-use crate::asgi::access_log::{log_info, AccessEntry, Outcome};
-use crate::asgi::server::Server;
+use crate::asgi::access_log::{log_info, AccessEntry, AccessLog, Outcome};
 
 /// Writes the request's access line: uvicorn's, whose record arguments (client, method,
 /// target, HTTP version, status) `--log-config` formatters may read, or `--access-log-format`'s.
 pub(super) fn log_access(
     py: Python<'_>,
-    server: &Server,
+    log: AccessLog<'_>,
     access: &AccessEntry,
     status: u16,
     body_bytes: u64,
     response_headers: &[Option<HeaderValue>],
 ) {
-    let Some(logger) = &server.py.access_logger else {
-        return;
-    };
-    match &server.settings.access_log_format {
+    let logger = log.logger;
+    match log.format {
         None => log_info(
             py,
             logger,

@@ -39,11 +39,11 @@ pub fn on_app_done(
             .bind(py)
             .call_method1(intern!(py, "error"), (problem,));
     }
-    let Some(access) = access else {
+    let (Some(access), Some(log)) = (access, server.access_log()) else {
         return;
     };
-    if server.settings.access_log_format.is_none() {
-        log_access(py, server, access, status, 0, &[]);
+    if log.format.is_none() {
+        log_access(py, log, access, status, 0, &[]);
         return;
     }
     let (body_bytes, response_headers) = {
@@ -52,5 +52,5 @@ pub fn on_app_done(
         let body_bytes = if no_body { 0 } else { state.body_sent };
         (body_bytes, std::mem::take(&mut state.logged_headers))
     };
-    log_access(py, server, access, status, body_bytes, &response_headers);
+    log_access(py, log, access, status, body_bytes, &response_headers);
 }

@@ -238,9 +238,7 @@ impl Exchange {
         *response.headers_mut() = headers;
         let settings = &self.server.settings;
         settings.add_default_headers(response.headers_mut());
-        if let (Some(format), Some(_)) =
-            (&settings.access_log_format, &self.server.py.access_logger)
-        {
+        if let Some(format) = self.server.access_log().and_then(|log| log.format) {
             state.logged_headers = AccessFormat::pick(&format.response_headers, response.headers());
         }
         if self.expects_continue && matches!(state.body, RequestBody::Unread(_)) {

@@ -20,7 +20,7 @@ use crate::asgi::scope::build_scope;
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
 use crate::bridge::{trace, Completion};
-use crate::metrics::Protocol;
+use crate::metrics::{Protocol, WorkerMetrics};
 
 use super::app_calls::AppCall;
 use super::app_done::on_app_done;
@@ -82,7 +82,7 @@ pub(crate) fn handle(
                 // Boxed (`Upgrader`): held across its await, it would make every request's
                 // future larger.
                 let answer = upgrader(request, raw_head, &conn.info, server.clone()).await;
-                let answer = answered(&server, Protocol::Ws, received, answer);
+                let answer = answered(server.metrics.as_ref(), Protocol::Ws, received, answer);
                 drop(open_stream);
                 return Ok(with_alt_svc(answer.map(ResponseBody::full), &conn));
             }
@@ -162,9 +162,9 @@ impl Started {
     }
 }
 
-/// Refuses the request, answers it, hands it to the connection's `Upgrader`, or starts the app on it, which
-/// then holds `app_call` until it ends. Inlined: it returns a large value, which `handle`'s
-/// future would otherwise copy.
+/// Refuses the request, answers it, hands it to the connection's `Upgrader`, or starts the
+/// app on it, which then holds `app_call` until it ends. Inlined, as its steps are: it returns
+/// a large value, which `handle`'s future would otherwise copy.
 #[inline(always)]
 fn begin(
     request: Request<IncomingBody>,
@@ -183,42 +183,26 @@ fn begin(
         http::Version::HTTP_3 => Protocol::H3,
         _ => Protocol::Http1,
     };
-    let answer = |response| Begun::Answered(answered(server, protocol, received, response));
     // Taken first, whatever happens to the request, to stay in step with hyper's order.
     let raw_head = conn.heads.take();
     let open_stream = conn.streams.open();
-    let settings = &server.settings;
-    let state = &server.state;
-    if state.count_request() {
-        let limit = settings.max_requests.unwrap_or_default();
-        let line = format!("Maximum request limit of {limit} exceeded. Terminating process.");
-        log_line(&server.py, WARNING, &line);
-    }
-    if !state.start_request(settings.limit_concurrency) {
-        return answer(plain_response(StatusCode::SERVICE_UNAVAILABLE, settings));
-    }
-    if raw_head.as_ref().is_some_and(|head| head.ambiguous) {
-        state.request_finished();
-        return answer(closing_response(StatusCode::BAD_REQUEST, settings));
-    }
     // WebSockets are served where they are on and the transport can upgrade.
-    let upgrader = conn.upgrader.filter(|_| settings.websockets);
-    if let Some(status) = refusal(&request, raw_head.is_some(), upgrader.is_some(), settings) {
-        state.request_finished();
-        return answer(closing_response(status, settings));
-    }
-    if let Some(diagnostics) = &server.diagnostics {
-        let path = request.uri().path();
-        if let Some(response) = diagnostics.answer(path, &server.bridge, settings) {
-            state.request_finished();
-            return answer(response);
-        }
+    let upgrader = conn.upgrader.filter(|_| server.settings.websockets);
+    let answer = |response| {
+        let metrics = server.metrics.as_ref();
+        Begun::Answered(answered(metrics, protocol, received, response))
+    };
+    if let Some(response) = server_answer(&request, raw_head.as_ref(), upgrader.is_some(), server) {
+        return answer(response);
     }
     if let Some(upgrader) = upgrader.filter(|_| is_upgrade(&request)) {
         // An upgrade is HTTP/1.1's or HTTP/2's (`is_upgrade`): hyper's body, always.
         let (parts, IncomingBody::Hyper(body)) = request.into_parts() else {
-            state.request_finished();
-            return answer(plain_response(StatusCode::NOT_IMPLEMENTED, settings));
+            server.state.request_finished();
+            return answer(plain_response(
+                StatusCode::NOT_IMPLEMENTED,
+                &server.settings,
+            ));
         };
         return Begun::Upgrade(Box::new(Upgrade {
             upgrader,
@@ -228,6 +212,70 @@ fn begin(
             open_stream,
         }));
     }
+    let started = (protocol, received);
+    Begun::Started(start(
+        request,
+        raw_head,
+        open_stream,
+        conn,
+        server,
+        app_call,
+        started,
+    ))
+}
+
+/// What the server answers itself, before the app: 503 past `--limit-concurrency`, a refused
+/// request (`refusal`), a benchmark route. Otherwise the request is counted in flight, and
+/// `--limit-max-requests` is counted (and said, once reached).
+#[inline(always)]
+fn server_answer(
+    request: &Request<IncomingBody>,
+    raw_head: Option<&RawHead>,
+    websockets: bool,
+    server: &Server,
+) -> Option<Response<ResponseBody>> {
+    let settings = &server.settings;
+    let state = &server.state;
+    if state.count_request() {
+        let limit = settings.max_requests.unwrap_or_default();
+        let line = format!("Maximum request limit of {limit} exceeded. Terminating process.");
+        log_line(&server.py, WARNING, &line);
+    }
+    if !state.start_request(settings.limit_concurrency) {
+        return Some(plain_response(StatusCode::SERVICE_UNAVAILABLE, settings));
+    }
+    let refused = if raw_head.is_some_and(|head| head.ambiguous) {
+        Some(StatusCode::BAD_REQUEST)
+    } else {
+        refusal(request, raw_head.is_some(), websockets, settings)
+    };
+    if let Some(status) = refused {
+        state.request_finished();
+        return Some(closing_response(status, settings));
+    }
+    if let Some(diagnostics) = &server.diagnostics {
+        let path = request.uri().path();
+        if let Some(response) = diagnostics.answer(path, &server.bridge, settings) {
+            state.request_finished();
+            return Some(response);
+        }
+    }
+    None
+}
+
+/// Starts the app on the request: its exchange, and the app called with the GIL (here, or on
+/// the loop's thread when the bridge starts coroutines there).
+#[inline(always)]
+fn start(
+    request: Request<IncomingBody>,
+    raw_head: Option<RawHead>,
+    open_stream: OpenStream,
+    conn: &Arc<Connection>,
+    server: &Arc<Server>,
+    app_call: AppCall,
+    (protocol, received): (Protocol, u64),
+) -> Started {
+    let settings = &server.settings;
     let (parts, body) = request.into_parts();
     let http10 = parts.version == http::Version::HTTP_10;
     let (head_tx, head_rx) = oneshot::channel();
@@ -252,10 +300,9 @@ fn begin(
     ));
     // Built only when an access log line will be written: it costs two allocations (and
     // what `--access-log-format` asks for).
-    let mut access = server.py.access_logger.is_some().then(|| {
-        let format = settings.access_log_format.as_ref();
-        AccessEntry::new(&parts, &conn.info, &forwarded, format)
-    });
+    let mut access = server
+        .access_log()
+        .map(|log| AccessEntry::new(&parts, &conn.info, &forwarded, log.format));
     let guard = DisconnectOnDrop(Some(exchange.clone()));
     // Boxed: it moves to the loop's thread and back into the exchange (`keep_spent_head`).
     let head = Box::new(RequestHead {
@@ -293,24 +340,24 @@ fn begin(
             start(py);
         });
     }
-    Begun::Started(Started {
+    Started {
         head_rx,
         exchange,
         guard,
         open_stream,
         http10,
-    })
+    }
 }
 
 /// Counts a response the server made without the app (a refusal, a diagnostics route, a
 /// WebSocket handshake's answer) in the metrics.
 fn answered<B>(
-    server: &Server,
+    metrics: Option<&WorkerMetrics>,
     protocol: Protocol,
     received: u64,
     response: Response<B>,
 ) -> Response<B> {
-    if let Some(metrics) = &server.metrics {
+    if let Some(metrics) = metrics {
         let nanos = trace::now_mark().saturating_sub(received);
         metrics.record_request(protocol, response.status().as_u16(), Some(nanos));
     }

@@ -17,7 +17,7 @@ use crate::asgi::levels::TRACE;
 use crate::asgi::live::{drain_within, Stop};
 use crate::asgi::logging::log_line;
 use crate::asgi::server::Server;
-use crate::asgi::settings::Settings;
+use crate::asgi::settings::{HttpVersions, Settings};
 use crate::http::{handle, Connection, IncomingBody, Recorder, Upgrader};
 use crate::ws;
 
@@ -251,30 +251,16 @@ async fn serve_connection(
     setup: Arc<ConnectionSetup>,
     stopping: watch::Receiver<bool>,
 ) {
-    let stream: Box<dyn IoStream> = match &setup.tls {
+    let stream = match &setup.tls {
         None => stream,
-        Some(acceptor) => {
-            // Boxed: the handshake's state is large, and the connection's task would otherwise
-            // keep room for it as long as the connection lives.
-            let handshake = Box::pin(tokio::time::timeout(
-                TLS_HANDSHAKE_TIMEOUT,
-                acceptor.accept(stream),
-            ));
-            match handshake.await {
-                Ok(Ok(tls)) => Box::new(tls),
-                // A failed or abandoned handshake: rustls has sent its alert, if any.
-                _ => return,
-            }
-        }
+        Some(acceptor) => match tls_handshake(stream, acceptor).await {
+            Some(tls) => tls,
+            None => return,
+        },
     };
     let _traced = ConnectionTrace::start(&server, &conn.info);
-    // The record of request heads sees the bytes after TLS, as hyper does.
     let settings = &server.settings;
-    let mut recorder = Recorder::new(conn.heads.clone(), settings.max_head_size);
-    if !settings.http.h2 {
-        recorder = recorder.refusing_http2();
-    }
-    let mut io = RecordingIo::new(stream, recorder);
+    let mut io = recording(stream, &conn, settings);
     let heads = conn.heads.clone();
     let first_request_timeout = settings.header_read_timeout();
     let versions = settings.http;
@@ -298,16 +284,8 @@ async fn serve_connection(
     // first request is not in within the keep-alive timeout.
     let started = tokio::time::Instant::now();
     let first_request_due = started + first_request_timeout;
-    let http2 = match (versions.h1, versions.h2) {
-        // With HTTP/2 off its preface goes to HTTP/1.1, whose head recorder refuses it.
-        (true, true) => {
-            let told = io.starts_with_http2_preface();
-            match tokio::time::timeout_at(first_request_due, told).await {
-                Ok(Ok(http2)) => http2,
-                _ => return,
-            }
-        }
-        (h1, _) => !h1,
+    let Some(http2) = speaks_http2(&mut io, versions, first_request_due).await else {
+        return;
     };
     let serving = async move {
         let mut finish_when = finish_when;
@@ -365,6 +343,58 @@ async fn serve_connection(
         }
     }
     serving.await;
+}
+
+/// The TLS handshake, within `TLS_HANDSHAKE_TIMEOUT`; None if it failed or was abandoned
+/// (rustls has sent its alert, if any).
+async fn tls_handshake(
+    stream: Box<dyn IoStream>,
+    acceptor: &TlsAcceptor,
+) -> Option<Box<dyn IoStream>> {
+    // Boxed: the handshake's state is large, and the connection's task would otherwise keep
+    // room for it as long as the connection lives.
+    let handshake = Box::pin(tokio::time::timeout(
+        TLS_HANDSHAKE_TIMEOUT,
+        acceptor.accept(stream),
+    ));
+    match handshake.await {
+        Ok(Ok(tls)) => Some(Box::new(tls)),
+        _ => None,
+    }
+}
+
+/// The socket as hyper will read it: through the record of request heads, which sees the
+/// bytes after TLS, as hyper does.
+fn recording(
+    stream: Box<dyn IoStream>,
+    conn: &Connection,
+    settings: &Settings,
+) -> RecordingIo<Box<dyn IoStream>> {
+    let mut recorder = Recorder::new(conn.heads.clone(), settings.max_head_size);
+    if !settings.http.h2 {
+        recorder = recorder.refusing_http2();
+    }
+    RecordingIo::new(stream, recorder)
+}
+
+/// Whether the client speaks HTTP/2: by its first bytes when both versions are on; None if
+/// it told neither by `due` or left.
+async fn speaks_http2(
+    io: &mut RecordingIo<Box<dyn IoStream>>,
+    versions: HttpVersions,
+    due: tokio::time::Instant,
+) -> Option<bool> {
+    match (versions.h1, versions.h2) {
+        // With HTTP/2 off its preface goes to HTTP/1.1, whose head recorder refuses it.
+        (true, true) => {
+            let told = io.starts_with_http2_preface();
+            match tokio::time::timeout_at(due, told).await {
+                Ok(Ok(http2)) => Some(http2),
+                _ => None,
+            }
+        }
+        (h1, _) => Some(!h1),
+    }
 }
 
 /// hyper's HTTP/1.1 connection, with what `serve_connection` needs of it. A trait object: the

@@ -2,22 +2,19 @@
 
 use pyo3::prelude::*;
 
-use crate::asgi::access_log::{log_info, AccessEntry, Outcome};
-use crate::asgi::server::Server;
+use crate::asgi::access_log::{log_info, AccessEntry, AccessLog, Outcome};
 
 /// The handshake's line: uvicorn's `CLIENT - "WebSocket /path" [accepted]` (or the refusal's
 /// status in place of `[accepted]`), or `--access-log-format`'s with `%(s)s` the status sent
 /// (101, 200 on an HTTP/2 stream, or the refusal's).
 pub(super) fn log_handshake(
-    server: &Server,
+    log: AccessLog<'_>,
     access: &AccessEntry,
     accepted: bool,
     outcome: &Outcome<'_>,
 ) {
-    let Some(logger) = &server.py.access_logger else {
-        return;
-    };
-    Python::attach(|py| match &server.settings.access_log_format {
+    let logger = log.logger;
+    Python::attach(|py| match log.format {
         None if accepted => log_info(
             py,
             logger,
@@ -44,11 +41,9 @@ pub(super) fn log_handshake(
 /// The closing line of an accepted session, with its close code (`outcome.close_code`) and
 /// how long it lasted: `CLIENT - "WebSocket /path" [closed 1000] 1.502s`, or
 /// `--access-log-format`'s with `%(c)s` the close code and the time atoms the session's length.
-pub(super) fn log_close(server: &Server, access: &AccessEntry, outcome: &Outcome<'_>) {
-    let Some(logger) = &server.py.access_logger else {
-        return;
-    };
-    Python::attach(|py| match &server.settings.access_log_format {
+pub(super) fn log_close(log: AccessLog<'_>, access: &AccessEntry, outcome: &Outcome<'_>) {
+    let logger = log.logger;
+    Python::attach(|py| match log.format {
         None => log_info(
             py,
             logger,

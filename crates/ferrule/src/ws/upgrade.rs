@@ -119,10 +119,9 @@ pub async fn upgrade(
     let on_upgrade = hyper::upgrade::on(&mut request);
     let (parts, _body) = request.into_parts();
     let forwarded = conn.forwarded(&parts.headers, &server.settings);
-    let access = server.py.access_logger.is_some().then(|| {
-        let format = server.settings.access_log_format.as_ref();
-        AccessEntry::new(&parts, conn, &forwarded, format)
-    });
+    let access = server
+        .access_log()
+        .map(|log| AccessEntry::new(&parts, conn, &forwarded, log.format));
     // RFC 8441 keeps Sec-WebSocket-Extensions: HTTP/2 negotiates as HTTP/1.1 does.
     let deflate = match server.settings.ws_per_message_deflate {
         true => negotiate(
@@ -155,13 +154,13 @@ pub async fn upgrade(
         }
     };
     let accepted = exchange.accepted();
-    let response_headers = match (&access, &server.settings.access_log_format) {
-        (Some(_), Some(format)) => AccessFormat::pick(&format.response_headers, response.headers()),
-        _ => Vec::new(),
+    let response_headers = match server.access_log().and_then(|log| log.format) {
+        Some(format) => AccessFormat::pick(&format.response_headers, response.headers()),
+        None => Vec::new(),
     };
     // 101, or 200 for a session on an HTTP/2 stream (RFC 8441).
     let status = response.status().as_u16();
-    if let Some(access) = &access {
+    if let (Some(access), Some(log)) = (&access, server.access_log()) {
         let body_bytes = response.body().len() as u64;
         let outcome = Outcome {
             status,
@@ -169,7 +168,7 @@ pub async fn upgrade(
             close_code: None,
             response_headers: &response_headers,
         };
-        log_handshake(&server, access, accepted, &outcome);
+        log_handshake(log, access, accepted, &outcome);
     }
     if accepted {
         log_line(&server.py, INFO, "connection open");
@@ -188,7 +187,7 @@ pub async fn upgrade(
                 Err(_) => exchange.mark_closed(1006, None),
             }
             log_line(&exchange.server.py, INFO, "connection closed");
-            if let Some(access) = &access {
+            if let (Some(access), Some(log)) = (&access, exchange.server.access_log()) {
                 let code = exchange.close_code();
                 let outcome = Outcome {
                     status,
@@ -196,7 +195,7 @@ pub async fn upgrade(
                     close_code: Some(code),
                     response_headers: &response_headers,
                 };
-                log_close(&exchange.server, access, &outcome);
+                log_close(log, access, &outcome);
             }
         });
     }
