@@ -123,14 +123,14 @@ def main(argv: list[str] | None = None) -> None:
             args["ssl_keyfile_password"] = key_password
         # Values argparse lets through but the server refuses (``--workers 0``): a usage
         # error naming the option, exit 2, as for any other bad option.
-        Config(app=app, **args)
+        config = Config(app=app, **args)
     except SettingError as exc:
         cli.error(f"argument {exc.setting.option}: {exc.problem}")
     except ValueError as exc:
         cli.error(str(exc))
-    from ferrule.server import run
+    from ferrule.server import run_config
 
-    sys.exit(run(app, **args))
+    sys.exit(run_config(config, args))
 
 
 if __name__ == "__main__":

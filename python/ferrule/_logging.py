@@ -11,8 +11,19 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
-TRACE = 5
+from ferrule._ferrule import TRACE
+
 logging.addLevelName(TRACE, "TRACE")
+
+#: ``--log-level``'s names and the ``logging`` levels they set: uvicorn's, TRACE below DEBUG.
+LOG_LEVELS = {
+    "critical": logging.CRITICAL,
+    "error": logging.ERROR,
+    "warning": logging.WARNING,
+    "info": logging.INFO,
+    "debug": logging.DEBUG,
+    "trace": TRACE,
+}
 
 
 def apply_log_config(log_config: str | dict[str, Any]) -> None:

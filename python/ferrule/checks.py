@@ -12,6 +12,8 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
+from ferrule._ferrule import HTTP_VERSIONS, MIN_HEAD_SIZE
+from ferrule._logging import LOG_LEVELS
 from ferrule.interface import INTERFACES
 
 
@@ -161,7 +163,6 @@ def ssl_ciphers(value: str | None) -> str | None:
 #: The request line and headers allowed in all, by default and at least: 64 KiB is more than
 #: any browser sends; hyper's read buffer, twice the limit, cannot be under 8 KiB.
 DEFAULT_HEAD_SIZE = 64 * 1024
-MIN_HEAD_SIZE = 4096
 
 
 def head_size(value: int | None) -> int | None:
@@ -170,13 +171,10 @@ def head_size(value: int | None) -> int | None:
     return value
 
 
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 #: uvicorn's ``--http`` implementations (h11, httptools) speak HTTP/1.1 only: ``1`` here.
 #: Its ``zttp`` (HTTP/1.1 and HTTP/2) is what ``auto`` serves.
 HTTP_CHOICES = {
-    "auto": "auto",
-    "1": "1",
-    "2": "2",
+    **{version: version for version in HTTP_VERSIONS},
     "h11": "1",
     "httptools": "1",
     "zttp": "auto",

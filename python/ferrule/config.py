@@ -12,10 +12,11 @@ import sys
 import traceback
 from typing import Any
 
-from ferrule._logging import apply_log_config
+from ferrule._logging import LOG_LEVELS, apply_log_config
 from ferrule.checks import DEFAULT_HEAD_SIZE, as_list, parse_header
 from ferrule.interface import InterfaceError, adapt
 from ferrule.settings import BY_NAME, KEY_PASSWORD_ENV, SETTINGS, SettingError
+from ferrule.sockets import listening_socket
 
 __all__ = [
     "KEY_PASSWORD_ENV",
@@ -32,15 +33,6 @@ __all__ = [
 #: or systemd with ``RestartPreventExitStatus=3``) should not restart it, as the next try
 #: would fail the same way.
 STARTUP_FAILURE = 3
-
-LOG_LEVELS = {
-    "critical": logging.CRITICAL,
-    "error": logging.ERROR,
-    "warning": logging.WARNING,
-    "info": logging.INFO,
-    "debug": logging.DEBUG,
-    "trace": 5,
-}
 
 #: uvicorn's ``--forwarded-allow-ips`` when ``$FORWARDED_ALLOW_IPS`` is not set: a proxy on
 #: the same host, over IPv4 or IPv6.
@@ -159,8 +151,6 @@ class Config:
     def bind_socket(self) -> socket.socket:
         """The listening socket of this config's address, bound now (inheritable, as a parent
         process shares it with its workers), for ``Server.serve(sockets=[...])``."""
-        from ferrule.sockets import listening_socket
-
         sock = listening_socket(self)
         sock.set_inheritable(True)
         return sock

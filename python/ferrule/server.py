@@ -29,6 +29,7 @@ from ferrule.config import (
     settings_signature,
     workers_from_environment,
 )
+from ferrule.handshake import Heartbeat
 from ferrule.interface import InterfaceError, wsgi_middleware
 from ferrule.lifespan import Lifespan, LifespanFailure
 from ferrule.message_log import MessageLogger
@@ -40,7 +41,7 @@ from ferrule.sockets import (
     quic_socket,
     remove_socket_file,
 )
-from ferrule.supervisor import REPLACE_ME, Reloader, Supervisor
+from ferrule.supervisor import Reloader, Supervisor
 
 logger = logging.getLogger("ferrule.error")
 
@@ -53,10 +54,7 @@ def run(app: Any, **options: Any) -> int:
     after a clean shutdown. A server that could not start exits the program with status 3
     (``SystemExit``), as ``uvicorn.run`` does, so that a script calling it does not exit 0.
     """
-    status = _run(app, **options)
-    if status == STARTUP_FAILURE:
-        sys.exit(STARTUP_FAILURE)
-    return status
+    return run_config(Config(app=app, **options), options)
 
 
 #: The notify hooks are uvicorn's ``Config``'s only.
@@ -65,8 +63,16 @@ run.__signature__ = settings_signature(  # type: ignore[attr-defined]
 )
 
 
-def _run(app: Any, **options: Any) -> int:
-    config = Config(app=app, **options)
+def run_config(config: Config, options: dict[str, Any]) -> int:
+    """``run`` with the ``Config`` already made of ``options`` (the command line makes one to
+    check them, and serves that one: its log config applied once)."""
+    status = _run(config, options)
+    if status == STARTUP_FAILURE:
+        sys.exit(STARTUP_FAILURE)
+    return status
+
+
+def _run(config: Config, options: dict[str, Any]) -> int:
     try:
         if config.log_config_problem is not None:
             raise ValueError(config.log_config_problem)
@@ -528,49 +534,6 @@ def _starting(
         logger.error("%s", exc)
         return None
     return app, tls_files, sock
-
-
-class Heartbeat:
-    """A worker's sign of life to its supervisor: a byte written on an inherited pipe by the
-    event loop itself, every second or so. An app that blocks the loop (``time.sleep`` in an
-    ``async def``) stops them, which a thread beating instead would not."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int, timeout: float) -> None:
-        self.loop = loop
-        self.fd = fd
-        # Several beats per timeout, so one late tick is not a missed check.
-        self.interval = min(1.0, timeout / 4) if timeout else 1.0
-        os.set_blocking(fd, False)
-        os.set_inheritable(fd, False)  # not to the app's own subprocesses
-        self.handle: asyncio.TimerHandle | None = None
-        self.asked_replacement = False
-        self._beat()
-
-    def _beat(self) -> None:
-        try:
-            os.write(self.fd, b".")
-        except BlockingIOError:  # the pipe is full: the supervisor has beats to read
-            pass
-        except OSError:  # the supervisor is gone
-            return
-        self.handle = self.loop.call_later(self.interval, self._beat)
-
-    def ask_replacement(self) -> None:
-        """Tells the supervisor this worker is past ``--limit-max-requests``: it starts a
-        successor, and stops this worker once that one serves. Tried again on the next call
-        while the pipe is full."""
-        try:
-            os.write(self.fd, REPLACE_ME)
-        except BlockingIOError:
-            return
-        except OSError:  # the supervisor is gone
-            pass
-        self.asked_replacement = True
-
-    def stop(self) -> None:
-        if self.handle is not None:
-            self.handle.cancel()
-        os.close(self.fd)
 
 
 async def _apps_finished(bridge: Bridge, timeout: float | None) -> None:

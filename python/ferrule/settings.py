@@ -387,7 +387,7 @@ SETTINGS: tuple[Setting, ...] = (
         "logging",
         "info",
         "The server's log level.",
-        choices=LOG_LEVELS,
+        choices=tuple(LOG_LEVELS),
         check=checks.log_level,
     ),
     Setting(

@@ -6,11 +6,21 @@ from __future__ import annotations
 import os
 import socket
 import stat
+from typing import Protocol
 
-from ferrule.config import Config
+
+class Address(Protocol):
+    """What of a ``Config`` says where to listen: its address settings, by name."""
+
+    host: str | None
+    port: int
+    uds: str | None
+    fd: int | None
+    backlog: int
+    ssl_certfile: str | None
 
 
-def describe(sock: socket.socket, config: Config) -> str:
+def describe(sock: socket.socket, config: Address) -> str:
     if sock.family == socket.AF_UNIX:
         return f"unix socket {config.uds}"
     host, port = sock.getsockname()[:2]
@@ -20,7 +30,7 @@ def describe(sock: socket.socket, config: Config) -> str:
     return f"{scheme}://{host}:{port}"
 
 
-def bound_socket_file(config: Config) -> tuple[int, int] | None:
+def bound_socket_file(config: Address) -> tuple[int, int] | None:
     """(device, inode) of the Unix socket file ``listening_socket`` just bound at ``uds``
     (not one inherited with ``fd``): this process removes it on exit, as uvicorn does."""
     if not config.uds or config.fd is not None:
@@ -32,7 +42,7 @@ def bound_socket_file(config: Config) -> tuple[int, int] | None:
     return found.st_dev, found.st_ino
 
 
-def remove_socket_file(config: Config, identity: tuple[int, int] | None) -> None:
+def remove_socket_file(config: Address, identity: tuple[int, int] | None) -> None:
     """Remove the socket file at ``uds`` if it is still the one this process bound (not a
     file put in its place since, by another server or by hand)."""
     if identity is None or config.uds is None:
@@ -66,7 +76,7 @@ def quic_socket(tcp: socket.socket) -> socket.socket:
     return sock
 
 
-def listening_socket(config: Config) -> socket.socket:
+def listening_socket(config: Address) -> socket.socket:
     """The socket to serve: inherited (``fd``), a Unix socket, or TCP; bound and listening."""
     if config.fd is not None:
         # A duplicate: the descriptor stays the caller's, open after the server is done with

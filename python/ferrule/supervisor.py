@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ferrule.config import STARTUP_FAILURE, Config
+from ferrule.handshake import REPLACE_ME, WORKER_ENV, worker_data
 from ferrule.metrics import SUPERVISOR_SLOTS, Metrics, MetricsListenError
 from ferrule.recycling import REASONS, Recycling
 from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
@@ -36,10 +37,6 @@ MAX_CRASH_DELAY = 30.0
 
 #: Signals the supervisor acts on as uvicorn's does: restart the workers, one more, one fewer.
 MANAGEMENT_SIGNALS = (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU)
-
-#: What a worker writes on its heartbeat pipe, besides its beats, once it has served
-#: ``--limit-max-requests``: it asks to be replaced, and serves until its successor does.
-REPLACE_ME = b"R"
 
 
 class Worker:
@@ -144,17 +141,10 @@ class Supervisor:
         if bound is None:
             return STARTUP_FAILURE
         sock, socket_file = bound
-        if self.config.metrics:
-            metrics = Metrics(SUPERVISOR_SLOTS, restarts=lambda: self.restarts)
-            try:
-                metrics.listen(self.config.metrics_address, self.config.metrics_port)
-            except MetricsListenError as exc:
-                logger.error("%s", exc)
-                metrics.close()
-                sock.close()
-                remove_socket_file(self.config, socket_file)
-                return STARTUP_FAILURE
-            self.config.metrics_owner = metrics
+        if not self._start_metrics():
+            sock.close()
+            remove_socket_file(self.config, socket_file)
+            return STARTUP_FAILURE
         logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
         logger.info("Started parent process [%d]", os.getpid())
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -165,60 +155,93 @@ class Supervisor:
         status = 0
         while not self.stopping:
             self._handle_signals(sock)
-            now = time.monotonic()
-            read_rss = self.recycling.rss_due(now)
-            gone: list[Worker] = []  # died before serving: replaced later (self.respawns)
-            for i, worker in enumerate(self.workers):
-                if self.stopping:
+            status = self._tend_workers(sock, time.monotonic())
+            time.sleep(0.1)
+        self._stop_everyone(sock, socket_file)
+        logger.info("Stopping parent process [%d]", os.getpid())
+        return status
+
+    def _start_metrics(self) -> bool:
+        """With ``--metrics``, the region the workers count into and its listener; False if
+        that could not listen."""
+        if not self.config.metrics:
+            return True
+        metrics = Metrics(SUPERVISOR_SLOTS, restarts=lambda: self.restarts)
+        try:
+            metrics.listen(self.config.metrics_address, self.config.metrics_port)
+        except MetricsListenError as exc:
+            logger.error("%s", exc)
+            metrics.close()
+            return False
+        self.config.metrics_owner = metrics
+        return True
+
+    def _tend_workers(self, sock: socket.socket, now: float) -> int:
+        """One look at every worker: read its beats, and replace it if it exited or stopped
+        beating, or recycle it when due. Returns ``STARTUP_FAILURE`` (and stops) if a worker
+        failed to start, else 0."""
+        read_rss = self.recycling.rss_due(now)
+        gone: list[Worker] = []  # died before serving: replaced later (self.respawns)
+        status = 0
+        for i, worker in enumerate(self.workers):
+            if self.stopping:
+                break
+            worker.read_beats(now)
+            if worker.process.poll() is not None:
+                if worker.process.returncode == STARTUP_FAILURE:
+                    logger.error(
+                        "Worker [%d] failed to start; stopping the parent process", worker.pid
+                    )
+                    self.stopping = True
+                    status = STARTUP_FAILURE
                     break
-                worker.read_beats(now)
-                if worker.process.poll() is not None:
-                    if worker.process.returncode == STARTUP_FAILURE:
-                        logger.error(
-                            "Worker [%d] failed to start; stopping the parent process",
-                            worker.pid,
-                        )
-                        self.stopping = True
-                        status = STARTUP_FAILURE
-                        break
-                    worker.close()
-                    self.restarts["crash"] += 1
-                    if worker.process.returncode == 0:  # stopped by someone else's SIGTERM
-                        logger.info("Worker [%d] finished; starting a new one", worker.pid)
-                    elif worker.serving:
-                        logger.warning(
-                            "Worker [%d] died (%s); starting a new one",
-                            worker.pid,
-                            worker.process.returncode,
-                        )
-                    else:
-                        # Died before serving: the next one would likely die the same way, so
-                        # wait longer each time rather than flood the log with respawns.
-                        self.respawns.append(now + self.crash_delay)
-                        logger.warning(
-                            "Worker [%d] died before serving (%s); starting a new one in %g s",
-                            worker.pid,
-                            worker.process.returncode,
-                            self.crash_delay,
-                        )
-                        self.crash_delay = min(2 * self.crash_delay, MAX_CRASH_DELAY)
-                        gone.append(worker)
-                        continue
-                    self.workers[i] = worker.successor or self._new_worker(sock)
-                elif not self._healthy(worker, now):
-                    self.restarts["health_check"] += 1
-                    self._retire(worker, now)
+                if self._replace_exited(worker, now):
                     self.workers[i] = worker.successor or self._new_worker(sock)
                 else:
-                    if worker.serving:
-                        self.crash_delay = FIRST_CRASH_DELAY
-                    self._recycle(i, sock, now, read_rss)
-            self.workers = [worker for worker in self.workers if worker not in gone]
-            while self.respawns and self.respawns[0] <= now and not self.stopping:
-                self.respawns.pop(0)
-                self.workers.append(self._new_worker(sock))
-            self._reap_retiring(now)
-            time.sleep(0.1)
+                    gone.append(worker)
+            elif not self._healthy(worker, now):
+                self.restarts["health_check"] += 1
+                self._retire(worker, now)
+                self.workers[i] = worker.successor or self._new_worker(sock)
+            else:
+                if worker.serving:
+                    self.crash_delay = FIRST_CRASH_DELAY
+                self._recycle(i, sock, now, read_rss)
+        self.workers = [worker for worker in self.workers if worker not in gone]
+        while self.respawns and self.respawns[0] <= now and not self.stopping:
+            self.respawns.pop(0)
+            self.workers.append(self._new_worker(sock))
+        self._reap_retiring(now)
+        return status
+
+    def _replace_exited(self, worker: Worker, now: float) -> bool:
+        """Says why ``worker`` exited. True if it is to be replaced at once; False if it died
+        before serving, when its replacement waits (``respawns``)."""
+        worker.close()
+        self.restarts["crash"] += 1
+        if worker.process.returncode == 0:  # stopped by someone else's SIGTERM
+            logger.info("Worker [%d] finished; starting a new one", worker.pid)
+        elif worker.serving:
+            logger.warning(
+                "Worker [%d] died (%s); starting a new one", worker.pid, worker.process.returncode
+            )
+        else:
+            # Died before serving: the next one would likely die the same way, so wait longer
+            # each time rather than flood the log with respawns.
+            self.respawns.append(now + self.crash_delay)
+            logger.warning(
+                "Worker [%d] died before serving (%s); starting a new one in %g s",
+                worker.pid,
+                worker.process.returncode,
+                self.crash_delay,
+            )
+            self.crash_delay = min(2 * self.crash_delay, MAX_CRASH_DELAY)
+            return False
+        return True
+
+    def _stop_everyone(self, sock: socket.socket, socket_file: tuple[int, int] | None) -> None:
+        """Stops every worker (serving, retiring, or a successor not yet serving), then lets go
+        of the socket and the metrics."""
         everyone = self.workers + self.retiring + self._successors()
         stop_workers(self.config, [worker.process for worker in everyone])
         for worker in everyone:
@@ -228,8 +251,6 @@ class Supervisor:
         if self.config.metrics_owner is not None:
             self.config.metrics_owner.close()
             self.config.metrics_owner = None
-        logger.info("Stopping parent process [%d]", os.getpid())
-        return status
 
     def _handle_signals(self, sock: socket.socket) -> None:
         while self.signals and not self.stopping:
@@ -523,10 +544,6 @@ def spawn_worker(
         fds.append(heartbeat_fd)
     if metrics_slot is not None:
         fds.append(metrics_slot[0])
-    # Imported here: importing ferrule must not import the module that `-m` runs in the
-    # worker, or Python warns that it was in sys.modules before it ran.
-    from ferrule.worker import WORKER_ENV, worker_data
-
     # In the environment, not on the command line, which any user can read with ps (the key
     # password is a setting); a process's environment is readable only by its owner.
     data = worker_data(config, sock.fileno(), heartbeat_fd, metrics_slot)

@@ -9,47 +9,12 @@ import json
 import os
 import signal
 import sys
-from typing import Any
 
-from ferrule.config import Config
+from ferrule.handshake import WORKER_ENV, worker_config
+from ferrule.server import serve_worker
 
 #: prctl's option to be sent a signal when the parent process dies (linux/prctl.h).
 PR_SET_PDEATHSIG = 1
-
-#: The environment variable that carries a worker's settings, as JSON.
-WORKER_ENV = "FERRULE_WORKER"
-
-
-def worker_data(
-    config: Config,
-    fd: int,
-    heartbeat_fd: int | None,
-    metrics_slot: tuple[int, int] | None = None,
-) -> str:
-    """What a worker needs, as JSON: the app, the parent's resolved settings, and the
-    inherited descriptors (the listening socket, the heartbeat pipe, the metrics region with
-    the worker's slot in it)."""
-    settings: dict[str, Any] = config.inherited()
-    settings["fd"] = fd
-    return json.dumps(
-        {
-            "app": config.app,
-            "settings": settings,
-            "heartbeat_fd": heartbeat_fd,
-            "metrics_slot": metrics_slot,
-            "parent": os.getpid(),
-        }
-    )
-
-
-def worker_config(data: str) -> Config:
-    loaded = json.loads(data)
-    config = Config(loaded["app"], **loaded["settings"], workers=1)
-    config.worker = True
-    config.heartbeat_fd = loaded["heartbeat_fd"]
-    slot = loaded.get("metrics_slot")
-    config.metrics_slot = None if slot is None else (slot[0], slot[1])
-    return config
 
 
 def stop_with_parent(parent: int) -> None:
@@ -73,8 +38,6 @@ def main() -> None:
             f"{__spec__.name if __spec__ else 'ferrule.worker'} is started by ferrule's "
             "supervisor, not by hand: run ferrule APP --workers N"
         )
-    from ferrule.server import serve_worker
-
     stop_with_parent(json.loads(data)["parent"])
     sys.exit(serve_worker(worker_config(data)))
 
