@@ -1,4 +1,4 @@
-"""Helpers for the framework compatibility suite (``tests/test_compat_*.py``): other people's
+"""Helpers for the framework compatibility suite (``tests/compat/``): other people's
 frameworks (Django, Litestar, Quart, python-socketio, FastAPI, Starlette with sse-starlette)
 served by the real server process and driven by real clients (httpx, ``websockets``, the
 Socket.IO client).

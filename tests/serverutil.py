@@ -1,4 +1,4 @@
-"""Helpers for the black-box tests of the HTTP server (``tests/test_server_*.py``).
+"""Helpers for the black-box tests of the server, in every folder of ``tests/``.
 
 - :func:`running_server` starts ``python -m ferrule APP --port 0 ...`` in its own session (process
   group), with ``tests/apps`` as the working directory, waits for the ``ferrule running on ...``
@@ -794,7 +794,7 @@ def is_clean_exit(code: int | None, sig: int = signal.SIGINT) -> bool:
     return code == 0 or code == -sig
 
 
-# -- hostile input (``tests/test_hostile_*.py``) -----------------------------------------------
+# -- hostile input (``tests/hostile/``) -----------------------------------------------
 
 
 def fd_count(pid: int) -> int:

@@ -1,5 +1,5 @@
-"""Helpers for the black-box WebSocket tests (``tests/test_server_websocket*.py``,
-``tests/test_websocket_uvicorn_parity.py``): two clients for a server from :mod:`serverutil`.
+"""Helpers for the black-box WebSocket tests (``tests/ws/``, and the WebSocket attacks in
+``tests/hostile/``): two clients for a server from :mod:`serverutil`.
 
 - :func:`ws_connect` opens a client of the ``websockets`` library (asyncio client: handshake
   checks, fragmented sends, pings, close codes) for what a real client does; bounded handshake

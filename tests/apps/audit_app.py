@@ -1,4 +1,4 @@
-"""For ``tests/test_hostile_audit.py``: an app whose mistakes are made on purpose (a body that
+"""For ``tests/hostile/test_audit.py``: an app whose mistakes are made on purpose (a body that
 does not match its own Content-Length, a close frame the wire cannot carry) and that records
 what the server handed it (``?key=K``, read back with ``GET /_record?key=K``).
 

@@ -1,4 +1,4 @@
-"""A Django 5.2 project in one module, for ``tests/test_compat_django.py``: the ASGI handler
+"""A Django 5.2 project in one module, for ``tests/compat/test_django.py``: the ASGI handler
 from ``get_asgi_application()``, async and sync views, JSON in and out, forms and multipart
 uploads (a large one spills to a temporary file), ``StreamingHttpResponse`` from an async
 iterator (plain, as server-sent events, and endless until the client leaves), percent-encoded

@@ -1,4 +1,4 @@
-"""A FastAPI app as its users write one, for ``tests/test_compat_fastapi.py``: path and query
+"""A FastAPI app as its users write one, for ``tests/compat/test_fastapi.py``: path and query
 parameters, pydantic JSON bodies, HTML forms and multipart uploads, StreamingResponse (finite,
 and endless until the client leaves), FileResponse (with ranges), BackgroundTasks, a lifespan
 that logs startup and shutdown, an endpoint that raises (500), and WebSockets: an echo, routes

@@ -1,4 +1,4 @@
-"""A Litestar app as its users write one, for ``tests/test_compat_litestar.py``: typed path
+"""A Litestar app as its users write one, for ``tests/compat/test_litestar.py``: typed path
 and query parameters, dataclass JSON bodies, url-encoded forms and multipart uploads, a
 ``Stream`` and a ``ServerSentEvent`` response, a ``BackgroundTask``, ``on_startup`` /
 ``on_shutdown`` hooks (lifespan), an exception handler and a handler that raises (500), and

@@ -1,4 +1,4 @@
-"""A Quart app as its users write one, for ``tests/test_compat_quart.py``: routing with
+"""A Quart app as its users write one, for ``tests/compat/test_quart.py``: routing with
 converters, JSON in and out, forms and multipart files, a body size limit
 (``MAX_CONTENT_LENGTH`` -> 413), a route that refuses an unauthorised POST (401) without
 reading its body, a streamed response, ``add_background_task``, ``before_serving`` /

@@ -1,4 +1,4 @@
-"""A python-socketio ASGI app as its users write one, for ``tests/test_compat_socketio.py``:
+"""A python-socketio ASGI app as its users write one, for ``tests/compat/test_socketio.py``:
 ``socketio.AsyncServer(async_mode="asgi")`` wrapped in ``socketio.ASGIApp`` in front of a small
 Starlette app (the plain HTTP routes), with an auth check on connect, an event answered by an
 acknowledgement, rooms and a broadcast, a server-side background task that pushes events, the

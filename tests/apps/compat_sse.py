@@ -1,5 +1,5 @@
 """A Starlette app serving server-sent events with sse-starlette, for
-``tests/test_compat_sse.py``: a finite ``EventSourceResponse`` (named events with ids and JSON
+``tests/compat/test_sse.py``: a finite ``EventSourceResponse`` (named events with ids and JSON
 data, a retry hint), an endless feed whose generator records that the client went away (so a
 test can see the server delivered ``http.disconnect``), a lifespan that logs startup and
 shutdown, and the state endpoint tests read back."""

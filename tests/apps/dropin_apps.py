@@ -1,4 +1,4 @@
-"""Apps written as uvicorn users write them, for ``tests/test_uvicorn_dropin.py``."""
+"""Apps written as uvicorn users write them, for ``tests/cli/test_uvicorn_dropin.py``."""
 
 from __future__ import annotations
 

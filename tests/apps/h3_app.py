@@ -1,5 +1,5 @@
 """HTTP/3: what the request looked like, concurrency on one connection, bodies both ways,
-trailers and pathsend, for ``test_server_http3``.
+trailers and pathsend, for ``test_http3``.
 
 - ``GET /scope``: JSON of ``http_version``, ``scheme``, ``client``, ``server`` and ``headers``.
 - ``GET /sleep?secs=S``: sleeps, then answers JSON with ``peak``: the most requests inside this

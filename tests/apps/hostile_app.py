@@ -1,4 +1,4 @@
-"""For the hostile-input tests (``tests/test_hostile_*.py``): records every path it serves (so a
+"""For the hostile-input tests (``tests/hostile/``): records every path it serves (so a
 smuggled request is visible), reports what ``receive()`` delivered, streams until the client
 goes away, raises on demand and sends ASGI messages described by the client (fuzzing).
 

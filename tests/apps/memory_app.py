@@ -1,4 +1,4 @@
-"""For the memory-bound hostile tests (``tests/test_hostile_memory*.py``): routes that give an
+"""For the memory-bound hostile tests (``tests/hostile/test_memory_*.py``): routes that give an
 attacker something to make the server hold (a large streamed response, a body the app reads or
 never reads, a call that stays in flight), and counters of the app calls in flight.
 

@@ -1,5 +1,5 @@
-"""WebSockets (ASGI websocket spec 2.4): one behaviour per path, for ``test_server_websocket``
-and ``test_server_websocket_frames``.
+"""WebSockets (ASGI websocket spec 2.4): one behaviour per path, for ``test_websocket``
+and ``test_frames``.
 
 Websocket routes (dispatch on ``scope["path"]``; ``?key=K`` names what the route records, read
 back with ``GET /_record?key=K``):

@@ -1,4 +1,4 @@
-"""WebSocket edges where ferrule answers as uvicorn does, for ``test_websocket_uvicorn_parity``.
+"""WebSocket edges where ferrule answers as uvicorn does, for ``test_uvicorn_parity``.
 
 Websocket routes (``?key=K`` names what the route records, read back with ``GET /_record``):
 

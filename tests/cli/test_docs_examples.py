@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from serverutil import ServerProcess, free_port, is_clean_exit, poll
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _quickstart() -> tuple[list[str], list[str]]:

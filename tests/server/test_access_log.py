@@ -2,7 +2,7 @@
 server writes on stdout; WebSocket sessions' lines (handshake and close), in uvicorn's style and
 in a format; refused formats.
 
-uvicorn's default line itself is checked in ``test_server_cli.py``
+uvicorn's default line itself is checked in ``test_cli_serving.py``
 (``test_access_log_line_format`` and its neighbours)."""
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ def test_websocket_lines_in_uvicorns_style() -> None:
     "WebSocket /path?query" [closed CODE] SECONDSs``: the client's code, or the app's; a
     refused handshake logs its status instead of [accepted], and no close line. Fails
     without the change: the handshake line was on stderr (the error logger, where
-    ``test_server_websocket.py`` found it before) and no line told of the close; seen failing
+    ``test_websocket.py`` found it before) and no line told of the close; seen failing
     with the close code always written 1000."""
     tag = uuid.uuid4().hex
     client = r"127\.0\.0\.1:\d+"
@@ -302,7 +302,8 @@ def test_websocket_lines_over_http2(with_format: bool) -> None:
     %(H)s HTTP/2 and %(s)s 200 on both lines, %(c)s the client's close code on the second.
     Broken: the handshake logged as a refusal, "200" in place of [accepted] (what taking 101
     for "accepted" did; not seen run, as HTTP/2 sessions came after that code)."""
-    from test_websocket_http2 import OP_CLOSE, plain_client
+    from h2ws import plain_client
+    from wsutil import OP_CLOSE
 
     tag = uuid.uuid4().hex
     fmt = ["--access-log-format", "H2 %(m)s %(U)s %(q)s %(H)s %(s)s %(c)s"] if with_format else []

@@ -1,6 +1,6 @@
 """permessage-deflate (RFC 7692) and ``--ws-per-message-deflate``, against ``ws_app``'s echo.
 
-Two clients, as in ``test_server_websocket``: the ``websockets`` library (which compresses and
+Two clients, as in ``test_websocket``: the ``websockets`` library (which compresses and
 inflates on its own, so a message echoed intact proves both directions), and a raw socket whose
 compressed frames are made with :mod:`zlib` here, for what the library would never send (RSV1
 on a ping or a continuation, a decompression bomb, data that is no deflate stream) and to look
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from h2ws import plain_client
 from serverutil import ServerProcess, running_server
-from test_websocket_http2 import plain_client
 from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
 from wsutil import (
     OP_BINARY,

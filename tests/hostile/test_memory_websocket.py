@@ -5,7 +5,7 @@ read, ping floods on HTTP/2 streams whose client never opens its window, and the
 permessage-deflate bomb. Each test checks that the server refuses or limits the attack (close
 codes of RFC 6455 7.4.1, backpressure) or at least survives it, that its resident memory
 (``/proc/PID/status``) stays under a stated bound, and that a normal client is served within
-a second afterwards (``memory_app``). The HTTP/1.1 ping flood is in ``test_hostile_memory``.
+a second afterwards (``memory_app``). The HTTP/1.1 ping flood is in ``test_memory_bounds``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from collections.abc import Iterator
 
 import h2.settings
 import pytest
+from h2ws import H2Client, parse_frames, plain_client
+from hostileutil import PING_FRAME, check_serves_promptly
 from serverutil import Flood, MiB, RssGrowth, ServerProcess, flood, poll, running_server
-from test_hostile_memory import PING_FRAME, check_serves_promptly
-from test_websocket_http2 import H2Client, parse_frames, plain_client
 from wsutil import (
     OP_BINARY,
     OP_CLOSE,
@@ -257,7 +257,7 @@ def test_deflate_bomb_over_http1_closes_1009_under_8_mib(limited: ServerProcess)
     """Rule: a compressed frame of about 64 KB that inflates to 64 MiB, with --ws-max-size
     1 MiB, closes with 1009 after at most about the limit inflated: the server's RSS peaks
     under 8 MiB more. Broken: inflated whole before the size check (64 MiB and more).
-    Measured: 1.9 MiB (``test_server_websocket_deflate`` checks a 256 MiB bomb against a
+    Measured: 1.9 MiB (``test_deflate`` checks a 256 MiB bomb against a
     looser bound)."""
     growth = RssGrowth(limited.pid)
     ws = raw_handshake(limited, "/echo", extra=[("Sec-WebSocket-Extensions", "permessage-deflate")])

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 from certs import Certs
+from h2raw import CONTINUATION, HEADERS, PREFACE, SETTINGS, block, frame
+from hostileutil import check_serves_promptly, gauge
 from serverutil import (
     Flood,
     MiB,
@@ -28,8 +30,6 @@ from serverutil import (
     request_bytes,
     running_server,
 )
-from test_hostile_http2 import CONTINUATION, HEADERS, PREFACE, SETTINGS, block, frame
-from test_hostile_memory import check_serves_promptly, gauge
 
 APP = "memory_app:app"
 

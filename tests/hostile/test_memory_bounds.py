@@ -5,59 +5,31 @@ peers that never read), and MadeYouReset's concurrency (client-provoked stream r
 calls go on running past SETTINGS_MAX_CONCURRENT_STREAMS).
 
 Each test states its bound: far below what an unbounded queue shows, well above what a bounded
-server uses. The other attack families, per protocol, are in ``test_hostile_memory_http1``
-(HTTP/1.1 and TLS), ``test_hostile_memory_http2`` (h2c and TLS), ``test_hostile_memory_websocket``
-(over HTTP/1.1 and HTTP/2) and ``test_hostile_memory_http3`` (QUIC); ``memory_app`` serves them
-all, ``serverutil`` has the RSS helpers (``RssGrowth``) and the never-reading writer (``Flood``).
+server uses. The other attack families, per protocol, are in ``test_memory_http1``
+(HTTP/1.1 and TLS), ``test_memory_http2`` (h2c and TLS), ``test_memory_websocket`` (over
+HTTP/1.1 and HTTP/2) and ``test_memory_http3`` (QUIC); ``memory_app`` serves them all,
+``serverutil`` has the RSS helpers (``RssGrowth``) and the never-reading writer (``Flood``),
+``hostileutil`` what these modules share.
 """
 
 from __future__ import annotations
 
 import socket
-import struct
-import time
 from pathlib import Path
 
 import pytest
-from serverutil import Flood, MiB, RssGrowth, ServerProcess, flood, poll, running_server
-from test_hostile_http2 import (
-    DATA,
-    END_STREAM,
+from h2raw import (
     SETTINGS_INITIAL_WINDOW_SIZE,
     SETTINGS_MAX_CONCURRENT_STREAMS,
-    WINDOW_UPDATE,
     H2Raw,
-    frame,
     get,
     setting,
 )
-from wsutil import OP_PING, build_frame, run, upgraded, ws_connect
+from hostileutil import PING_FRAME, PROVOKE, check_serves_promptly, gauge, provoke_resets
+from serverutil import Flood, MiB, RssGrowth, ServerProcess, flood, poll, running_server
+from wsutil import upgraded
 
 APP = "memory_app:app"
-
-
-def gauge(server: ServerProcess, name: str) -> dict[str, int]:
-    """The app's count of calls of one route now in flight, and the most at once so far."""
-    return server.get("/_gauge", timeout=2.0).json()[name]
-
-
-def check_serves_promptly(server: ServerProcess, *, websocket: bool = False) -> None:
-    """The server is alive and answers HTTP/1.1 within a second on a new connection, HTTP/2 too,
-    and (``websocket``) echoes over a new WebSocket."""
-    assert server.returncode is None, f"the server died\n{server.describe()}"
-    started = time.monotonic()
-    assert server.get("/ok", timeout=1.0).text == "ok"
-    with server.client(timeout=1.0, http1=False, http2=True) as client:
-        assert client.get("/ok").http_version == "HTTP/2"
-    assert time.monotonic() - started < 1.5, "the server answered slowly"
-    if websocket:
-
-        async def echo() -> str | bytes:
-            async with ws_connect(server, "/echo") as ws:
-                await ws.send("still here")
-                return await ws.recv()
-
-        assert run(echo(), timeout=2.0) == "still here"
 
 
 # -- HTTP/2: a client that never opens its window ----------------------------------------------
@@ -91,8 +63,7 @@ def test_zero_window_streams_of_16_mib_hold_under_8_mib() -> None:
 
 # -- WebSocket: ping floods from peers that never read -----------------------------------------
 
-#: A masked ping with the largest payload a control frame may carry, and a batch of them.
-PING_FRAME = build_frame(OP_PING, b"p" * 125)
+#: A batch of :data:`PING_FRAME`.
 PING_BATCH = PING_FRAME * 512
 
 
@@ -194,27 +165,6 @@ def test_ping_flooder_that_never_reads_is_closed_at_the_ping_timeout() -> None:
 
 
 # -- MadeYouReset: streams the server resets, app calls that go on -----------------------------
-
-#: RFC 9113 6.9.1: a stream window pushed past 2^31-1 is a stream error FLOW_CONTROL_ERROR.
-OVERFLOW = struct.pack(">I", 0x7FFFFFFF)
-
-#: What makes the server reset a stream it has accepted (sent once the HEADERS are in).
-PROVOKE = {
-    "window-overflow": lambda sid: frame(WINDOW_UPDATE, 0, sid, OVERFLOW),
-    "data-on-half-closed": lambda sid: frame(DATA, END_STREAM, sid, b"late"),
-}
-
-
-def provoke_resets(conn: H2Raw, form: str, path: str, count: int = 1000) -> None:
-    """``count`` streams, in batches of 100: the HEADERS (a GET of ``path``), 50 ms for the
-    server to accept them, then the frame that makes it reset each."""
-    for first in range(0, count, 100):
-        ids = [2 * i + 1 for i in range(first, min(first + 100, count))]
-        if not conn.send(b"".join(get(sid, path) for sid in ids)):
-            return
-        time.sleep(0.05)
-        if not conn.send(b"".join(PROVOKE[form](sid) for sid in ids)):
-            return
 
 
 @pytest.mark.parametrize("form", list(PROVOKE))

@@ -6,9 +6,9 @@ that the server refuses or limits the attack as RFC 9113 says (or at least survi
 its resident memory (``/proc/PID/status``) stays under a stated bound, and that it still
 serves a normal client within a second afterwards.
 
-Frames are written by hand with ``test_hostile_http2``'s helpers (``H2Raw``), or with the
+Frames are written by hand with ``test_http2_attacks``'s helpers (``H2Raw``), or with the
 ``h2`` library where flow control must be followed (abandoned uploads). The zero-window stall
-and MadeYouReset's concurrency are in ``test_hostile_memory``.
+and MadeYouReset's concurrency are in ``test_memory_bounds``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ import h2.exceptions
 import httpx
 import pytest
 from certs import Certs
-from serverutil import MiB, RssGrowth, ServerProcess, fd_count, running_server
-from test_hostile_http2 import (
+from h2raw import (
     ACK,
     CONTINUATION,
     END_HEADERS,
@@ -51,7 +50,8 @@ from test_hostile_http2 import (
     request_fields,
     setting,
 )
-from test_hostile_memory import provoke_resets
+from hostileutil import provoke_resets
+from serverutil import MiB, RssGrowth, ServerProcess, fd_count, running_server
 
 APP = "memory_app:app"
 
@@ -199,7 +199,7 @@ def test_provoked_resets_hold_under_8_mib(target: Target) -> None:
     app call are let go. Broken: reset streams kept (per stream state or app calls piling up).
     Measured: 0.5-2.5 MiB. (With ``/ok`` the streams are answered before the WINDOW_UPDATE
     arrives and nothing is reset; the concurrency of such calls is checked in
-    ``test_hostile_memory``.)"""
+    ``test_memory_bounds``.)"""
     growth = RssGrowth(target.server.pid)
     for _ in range(2):
         with target.connect() as conn:

@@ -1,7 +1,7 @@
 """WebSockets over HTTP/1.1 (RFC 6455, ASGI websocket spec 2.4), against ``ws_app``: the
 opening handshake, the scope, messages and close codes, app errors, TLS and load. Control frames,
 fragments, limits, ``--ws none`` and the other ``--ws-*`` options are in
-``test_server_websocket_frames``.
+``test_frames``.
 
 The clients are :mod:`wsutil`'s: the ``websockets`` library for what a real client does, a raw
 socket for what a real client would never send; every call of theirs is bounded in time and goes
@@ -313,7 +313,7 @@ def test_handshakes_and_closes_are_logged_as_uvicorn_logs_them(server: ServerPro
     [accepted]`` (or the refusal's status, 403 for a close before accept), an access line on
     stdout, then "connection open" and, once the socket is gone, "connection closed" on stderr.
     Broken (seen before the change): a WebSocket left no line at all, so a server's log showed
-    none of its WebSocket traffic. Its close line is checked in ``test_server_access_log.py``."""
+    none of its WebSocket traffic. Its close line is checked in ``test_access_log.py``."""
     tag = uuid.uuid4().hex
     opened = server.stderr.count("connection open")
     closed = server.stderr.count("connection closed")
