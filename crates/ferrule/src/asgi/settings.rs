@@ -366,7 +366,10 @@ config = types.SimpleNamespace(**settings)
             for (changes, message) in [
                 ("ws_max_queue=0", "ws_max_queue must be at least 1"),
                 ("connection_limit=0", "max_connections must be at least 1"),
-                ("http='3'", "http must be 'auto', '1' or '2'"),
+                (
+                    "http='3'",
+                    r#"http must be one of ["auto", "1", "2"], not "3""#,
+                ),
                 (
                     "ws_ping_interval=-1.0",
                     "ws_ping_interval must be a number > 0",
