@@ -13,14 +13,16 @@ use pyo3::types::PyDict;
 
 use super::asyncio::AsyncioApi;
 use super::counters::{bump, Counters};
+use super::drain::DrainOnLoop;
 use super::ffi;
-use super::gate::{GatedSelector, LoopGate};
+use super::gate::LoopGate;
 use super::job::{CancelJobWithFuture, Completion, Job, Resume};
 use super::native::{NativeFuture, ResumeVia};
 use super::queue::ReadyQueue;
+use super::selector::GatedSelector;
 use super::shared::{Mode, Shared};
 use super::trace::{self, Trace};
-use super::waker::{self, DrainOnLoop, LoopWaker};
+use super::waker::{self, LoopWaker};
 
 /// Drives coroutines for one asyncio loop (see the `.pyi` stub for the Python contract).
 #[pyclass(frozen, module = "ferrule._ferrule")]
@@ -48,7 +50,7 @@ impl Bridge {
             .call_method0(intern!(py, "create_future"))?;
         let job = Job::new(
             py,
-            &self.shared,
+            self.shared.next_job_id(),
             coro,
             Completion::Future(future.clone().unbind()),
             None,
@@ -298,7 +300,7 @@ impl Bridge {
         for job in unfinished {
             let _ = job.get().coro.bind(py).call_method0(intern!(py, "close"));
             let cancelled = shared.api.cancelled_error(py, None);
-            Job::finish(job.bind(py), Err(PyErr::from_value(cancelled)));
+            shared.finish(job.bind(py), Err(PyErr::from_value(cancelled)));
         }
         shared.api.clear_idle_tasks();
         if let Some(runtime) = shared.runtime.lock().unwrap().take() {

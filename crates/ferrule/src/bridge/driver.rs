@@ -13,11 +13,15 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use super::counters::bump;
 use super::ffi::{self, Sent};
-use super::job::{Job, Resume, Waiting};
+use super::job::{Completion, Job, Resume, Waiting};
 use super::native::NativeFuture;
 use super::resume::ResumeCallback;
+use super::shared::Shared;
 
 /// Which thread is driving: decides how a coroutine that must wait for the loop is rescheduled.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -41,9 +45,14 @@ enum Step {
 }
 
 /// Drives `job` from `resume` until it stops. Returns true if the coroutine finished.
-pub fn drive(py: Python<'_>, job: &Bound<'_, Job>, resume: Resume, place: Place) -> bool {
+pub fn drive(
+    py: Python<'_>,
+    shared: &Arc<Shared>,
+    job: &Bound<'_, Job>,
+    resume: Resume,
+    place: Place,
+) -> bool {
     let this = job.get();
-    let shared = &this.shared;
     bump(&shared.counters.drives);
     let first_drive = this.drive_count() == 1;
     let trace = &shared.trace;
@@ -55,30 +64,30 @@ pub fn drive(py: Python<'_>, job: &Bound<'_, Job>, resume: Resume, place: Place)
         };
         trace.record_since(waited, this.take_resumable_mark());
     }
-    let (end, steps) = match Job::task(job) {
-        Ok(task) => run_steps(py, job, &task, resume, place),
+    let (end, steps) = match Job::task(job, &shared.api, shared.ready.as_ref(), &shared.counters) {
+        Ok(task) => run_steps(py, shared, job, &task, resume, place),
         Err(err) => (Step::Finished(Err(err)), 0),
     };
     shared
         .counters
         .steps
-        .fetch_add(steps as u64, std::sync::atomic::Ordering::Relaxed);
+        .fetch_add(steps as u64, Ordering::Relaxed);
     match end {
         Step::Finished(result) => {
             if first_drive {
                 bump(&shared.counters.inline_completions);
             }
-            Job::finish(job, result);
+            shared.finish(job, result);
             true
         }
         Step::Suspended => false,
         Step::Yield => {
-            reschedule(py, job, Resume::Send(py.None()), place);
+            reschedule(py, shared, job, Resume::Send(py.None()), place);
             false
         }
         Step::Continue(resume) => {
             bump(&shared.counters.budget_exhaustions);
-            reschedule(py, job, resume, place);
+            reschedule(py, shared, job, resume, place);
             false
         }
     }
@@ -87,13 +96,13 @@ pub fn drive(py: Python<'_>, job: &Bound<'_, Job>, resume: Resume, place: Place)
 /// Runs up to the budget's worth of steps inside the job's context.
 fn run_steps(
     py: Python<'_>,
+    shared: &Arc<Shared>,
     job: &Bound<'_, Job>,
     task: &Bound<'_, PyAny>,
     mut resume: Resume,
     place: Place,
 ) -> (Step, u32) {
     let this = job.get();
-    let shared = &this.shared;
     let context = this.context.bind(py);
     if let Err(err) = ffi::enter_context(context) {
         return (Step::Finished(Err(err)), 0);
@@ -114,10 +123,10 @@ fn run_steps(
             break Step::Continue(resume);
         }
         steps += 1;
-        if let Some(cancelled) = this.take_must_cancel(py) {
+        if let Some(cancelled) = this.take_must_cancel(py, &shared.api) {
             resume = Resume::Throw(cancelled);
         }
-        match send_and_classify(py, job, resume) {
+        match send_and_classify(py, shared, job, resume) {
             Step::Continue(next) => resume = next,
             // A bare yield (`asyncio.sleep(0)`) asks to let whatever else is ready run first.
             // On a tokio thread, while the loop thread waits in `select` with nothing ready and
@@ -139,7 +148,12 @@ fn run_steps(
     (end, steps)
 }
 
-fn send_and_classify(py: Python<'_>, job: &Bound<'_, Job>, resume: Resume) -> Step {
+fn send_and_classify(
+    py: Python<'_>,
+    shared: &Arc<Shared>,
+    job: &Bound<'_, Job>,
+    resume: Resume,
+) -> Step {
     let coro = job.get().coro.bind(py);
     let sent = match resume {
         Resume::Send(value) => ffi::iter_send(coro, value.bind(py)),
@@ -147,7 +161,7 @@ fn send_and_classify(py: Python<'_>, job: &Bound<'_, Job>, resume: Resume) -> St
     };
     match sent {
         Ok(Sent::Returned(value)) => Step::Finished(Ok(value.unbind())),
-        Ok(Sent::Yielded(yielded)) => match classify(py, job, &yielded) {
+        Ok(Sent::Yielded(yielded)) => match classify(py, shared, job, &yielded) {
             Ok(step) => step,
             Err(err) => Step::Continue(Resume::Throw(err.into_value(py).into_any())),
         },
@@ -169,9 +183,13 @@ fn throw_into<'py>(coro: &Bound<'py, PyAny>, error: &Bound<'py, PyAny>) -> PyRes
 }
 
 /// Decides what a yielded value means, as `Task.__step` does, plus ferrule's native futures.
-fn classify(py: Python<'_>, job: &Bound<'_, Job>, yielded: &Bound<'_, PyAny>) -> PyResult<Step> {
+fn classify(
+    py: Python<'_>,
+    shared: &Arc<Shared>,
+    job: &Bound<'_, Job>,
+    yielded: &Bound<'_, PyAny>,
+) -> PyResult<Step> {
     let this = job.get();
-    let shared = &this.shared;
     if yielded.is_none() {
         return Ok(Step::Yield);
     }
@@ -179,7 +197,7 @@ fn classify(py: Python<'_>, job: &Bound<'_, Job>, yielded: &Bound<'_, PyAny>) ->
         if native.get().ready_or_wait(job) {
             return Ok(Step::Continue(Resume::Send(py.None())));
         }
-        this.set_waiting(Waiting::Native(native.clone().unbind()));
+        this.set_waiting(Waiting::Native(native.clone().into_any().unbind()));
         this.cancel_new_wait(py)?;
         return Ok(Step::Suspended);
     }
@@ -214,7 +232,10 @@ fn classify(py: Python<'_>, job: &Bound<'_, Job>, yielded: &Bound<'_, PyAny>) ->
         bump(&shared.counters.future_fast_path);
         return Ok(Step::Continue(Resume::Send(py.None())));
     }
-    let callback = Py::new(py, ResumeCallback::on_future(job.clone().unbind()))?;
+    let callback = Py::new(
+        py,
+        ResumeCallback::on_future(shared.clone(), job.clone().unbind()),
+    )?;
     yielded.call_method1(intern!(py, "add_done_callback"), (callback,))?;
     this.set_waiting(Waiting::Future(yielded.clone().unbind()));
     this.cancel_new_wait(py)?;
@@ -223,14 +244,129 @@ fn classify(py: Python<'_>, job: &Bound<'_, Job>, yielded: &Bound<'_, PyAny>) ->
 
 /// Lets the loop run before the job's next step: `call_soon` on the loop thread (no self-pipe
 /// write needed there), a handoff through the `ReadyQueue` from a tokio thread.
-fn reschedule(py: Python<'_>, job: &Bound<'_, Job>, resume: Resume, place: Place) {
-    let shared = &job.get().shared;
+fn reschedule(
+    py: Python<'_>,
+    shared: &Arc<Shared>,
+    job: &Bound<'_, Job>,
+    resume: Resume,
+    place: Place,
+) {
     match place {
         Place::Loop => {
             if let Err(err) = shared.resume_soon_on_loop(py, job.clone().unbind(), resume) {
-                Job::finish(job, Err(err));
+                shared.finish(job, Err(err));
             }
         }
         Place::Tokio => shared.handoff(job.clone().unbind(), resume),
+    }
+}
+
+/// Starting and driving jobs on either thread: the bridge's entry points into `drive`.
+impl Shared {
+    /// Makes `coro` a job whose result goes to `completion`, and gives it its first drive on
+    /// this thread: how the server starts every app coroutine, on a tokio thread or (see
+    /// `start_on_loop`) on the loop thread. It runs in `context`, which nothing else may enter.
+    /// `received` is the trace mark of the request's arrival (0 when not traced): its first
+    /// drive records the wait.
+    pub fn start(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        coro: &Bound<'_, PyAny>,
+        completion: Completion,
+        context: Bound<'_, PyAny>,
+        received: u64,
+    ) -> PyResult<()> {
+        let id = self.next_job_id();
+        let job = Bound::new(py, Job::new(py, id, coro, completion, Some(context))?)?;
+        job.get().mark_resumable(received);
+        self.remember_job(&job);
+        if self.on_loop_thread() {
+            self.drive_on_loop(py, &job, Resume::Send(py.None()));
+        } else {
+            self.drive_from_tokio(py, &job, Resume::Send(py.None()));
+        }
+        Ok(())
+    }
+
+    /// On the loop thread: run the job's next step in a later loop iteration.
+    pub(super) fn resume_soon_on_loop(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        job: Py<Job>,
+        resume: Resume,
+    ) -> PyResult<()> {
+        job.get().mark_resumable(self.trace.mark());
+        let callback = Py::new(py, ResumeCallback::with_resume(self.clone(), job, resume))?;
+        self.api.call_soon.bind(py).call1((callback,))?;
+        Ok(())
+    }
+
+    /// Resumes `job` soon from a caller that may itself be inside a drive.
+    pub(super) fn resume_later(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        job: Py<Job>,
+        resume: Resume,
+    ) -> PyResult<()> {
+        if self.on_loop_thread() {
+            self.resume_soon_on_loop(py, job, resume)
+        } else {
+            self.handoff(job, resume);
+            Ok(())
+        }
+    }
+
+    /// A tokio thread, holding the GIL and no drive, wants to drive `job`: drive it here if it
+    /// can have exclusive use, else hand it to the loop thread.
+    pub fn drive_from_tokio(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        job: &Bound<'_, Job>,
+        resume: Resume,
+    ) {
+        bump(&self.counters.gil_acquisitions);
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(err) = self.ensure_running_loop(py) {
+            self.finish(job, Err(err));
+            return;
+        }
+        if !self.try_begin_tokio_drive() {
+            self.handoff(job.clone().unbind(), resume);
+            return;
+        }
+        // The task is made before measuring: on 3.11 making it pushes and pops a handle.
+        if let Err(err) = Job::task(job, &self.api, self.ready.as_ref(), &self.counters) {
+            self.queue.end_tokio_drive();
+            self.finish(job, Err(err));
+            return;
+        }
+        let (ready_before, scheduled_before) = self.loop_queue_marks(py);
+        drive(py, self, job, resume, Place::Tokio);
+        let (ready_after, scheduled_after) = self.loop_queue_marks(py);
+        self.queue.end_tokio_drive();
+        // A coroutine that completed without touching asyncio leaves both unchanged: no wake.
+        // Completing a spawn future does schedule its callbacks, and that is seen here too.
+        let loop_has_new_work = ready_after > ready_before || scheduled_after > scheduled_before;
+        if loop_has_new_work || !self.queue.is_empty() {
+            self.wake();
+        }
+    }
+
+    /// The loop thread wants to drive `job` from one of the bridge's callbacks.
+    pub(super) fn drive_on_loop(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        job: &Bound<'_, Job>,
+        resume: Resume,
+    ) {
+        if self.queue.tokio_driving() {
+            bump(&self.counters.deferred_resumes);
+            job.get().mark_resumable(self.trace.mark());
+            self.queue.push(job.clone().unbind(), resume);
+            return;
+        }
+        drive(py, self, job, resume, Place::Loop);
     }
 }

@@ -2,14 +2,14 @@
 //! its copied context, its task identity, what it waits on, and where its result goes.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use super::asyncio::TaskSlot;
-use super::native::NativeFuture;
-use super::{ffi, Shared};
+use super::asyncio::{AsyncioApi, TaskSlot};
+use super::counters::Counters;
+use super::ffi;
 
 /// What to put into the coroutine at its next step.
 pub enum Resume {
@@ -32,7 +32,8 @@ pub enum Completion {
 pub enum Waiting {
     Nothing,
     Future(Py<PyAny>),
-    Native(Py<NativeFuture>),
+    /// A `NativeFuture` (cancelled through its `cancel`, as any future).
+    Native(Py<PyAny>),
 }
 
 struct JobState {
@@ -47,7 +48,6 @@ struct JobState {
 #[pyclass(frozen, module = "ferrule._ferrule")]
 pub struct Job {
     pub(crate) id: u64,
-    pub(crate) shared: Arc<Shared>,
     pub(crate) coro: Py<PyAny>,
     pub(crate) context: Py<PyAny>,
     /// The `DriverTask`, made (or taken from the idle ones) at the first drive and given back
@@ -64,7 +64,7 @@ impl Job {
     /// thread's context, as `create_task` does.
     pub fn new(
         py: Python<'_>,
-        shared: &Arc<Shared>,
+        id: u64,
         awaitable: &Bound<'_, PyAny>,
         completion: Completion,
         context: Option<Bound<'_, PyAny>>,
@@ -84,8 +84,7 @@ impl Job {
             awaitable.clone()
         };
         Ok(Self {
-            id: shared.next_job_id(),
-            shared: shared.clone(),
+            id,
             coro: coro.unbind(),
             context: context.unbind(),
             task: Mutex::new(None),
@@ -101,17 +100,22 @@ impl Job {
         })
     }
 
-    /// The job's `DriverTask`, made on first use. Call with the right to drive held.
-    pub fn task<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+    /// The job's `DriverTask`, made on first use (by `api`, with the loop's `ready` queue, which
+    /// the loop may not have). Call with the right to drive held.
+    pub fn task<'py>(
+        slf: &Bound<'py, Self>,
+        api: &AsyncioApi,
+        ready: Option<&Py<PyAny>>,
+        counters: &Counters,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let this = slf.get();
         let mut slot = this.task.lock().unwrap();
         if let Some(slot) = slot.as_ref() {
             return Ok(slot.task.task.bind(py).clone());
         }
-        let shared = &this.shared;
-        let ready = shared.ready.as_ref().map(|r| r.bind(py));
-        let made = shared.api.driver_task(py, ready, &shared.counters)?;
+        let ready = ready.map(|r| r.bind(py));
+        let made = api.driver_task(py, ready, counters)?;
         let task = made.task.task.bind(py).clone();
         task.setattr(intern!(py, "_ferrule_job"), slf)?;
         *slot = Some(made);
@@ -127,9 +131,9 @@ impl Job {
     }
 
     /// The pending cancellation, if any, as the exception to throw in now.
-    pub fn take_must_cancel(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+    pub fn take_must_cancel(&self, py: Python<'_>, api: &AsyncioApi) -> Option<Py<PyAny>> {
         let msg = self.state.lock().unwrap().must_cancel.take()?;
-        Some(self.shared.api.cancelled_error(py, msg.as_ref()).unbind())
+        Some(api.cancelled_error(py, msg.as_ref()).unbind())
     }
 
     /// Called right after the coroutine suspended on `waiting`: a cancellation requested during
@@ -154,45 +158,19 @@ impl Job {
         Ok(())
     }
 
-    /// Marks the job finished and hands its result to its completion. Idempotent.
-    pub fn finish(slf: &Bound<'_, Self>, result: PyResult<Py<PyAny>>) {
-        let py = slf.py();
-        let this = slf.get();
+    /// Marks the job finished; what its end hands on (its completion, and its task to put
+    /// back), or None if it had finished already. `Shared::finish` does the rest.
+    pub(crate) fn end(&self) -> Option<(Option<Completion>, Option<TaskSlot>)> {
         let completion = {
-            let mut state = this.state.lock().unwrap();
+            let mut state = self.state.lock().unwrap();
             if state.finished {
-                return;
+                return None;
             }
             state.finished = true;
             state.waiting = Waiting::Nothing;
             state.completion.take()
         };
-        let shared = &this.shared;
-        shared.forget_job(this.id);
-        let slot = this.task.lock().unwrap().take();
-        if let Some(TaskSlot { task, must_finish }) = slot {
-            // Break the task -> job reference cycle, and on 3.11 (where the sentinel never ran)
-            // mark the task done so nothing waits on it forever.
-            let bound = task.task.bind(py);
-            let _ = bound.setattr(intern!(py, "_ferrule_job"), py.None());
-            if must_finish {
-                let _ = shared
-                    .api
-                    .future_set_result
-                    .bind(py)
-                    .call1((bound, py.None()));
-            }
-            shared.api.recycle(py, task);
-        }
-        match completion {
-            Some(Completion::Future(future)) => {
-                if let Err(err) = deliver_to_future(py, future.bind(py), result, shared) {
-                    err.write_unraisable(py, Some(future.bind(py)));
-                }
-            }
-            Some(Completion::Callback(callback)) => callback(py, result),
-            None => {}
-        }
+        Some((completion, self.task.lock().unwrap().take()))
     }
 }
 
@@ -275,27 +253,11 @@ fn cancel_waiting(py: Python<'_>, waiting: &Waiting, msg: Option<Py<PyAny>>) -> 
                 .call_method(intern!(py, "cancel"), (), Some(&kwargs))?
                 .is_truthy()
         }
-        Waiting::Native(native) => NativeFuture::cancel_with(native.bind(py), msg),
+        Waiting::Native(native) => native
+            .bind(py)
+            .call_method1(intern!(py, "cancel"), (msg,))?
+            .is_truthy(),
     }
-}
-
-fn deliver_to_future(
-    py: Python<'_>,
-    future: &Bound<'_, PyAny>,
-    result: PyResult<Py<PyAny>>,
-    shared: &Shared,
-) -> PyResult<()> {
-    if future.call_method0(intern!(py, "done"))?.is_truthy()? {
-        return Ok(()); // the caller cancelled it; nobody wants the result
-    }
-    match result {
-        Ok(value) => future.call_method1(intern!(py, "set_result"), (value,))?,
-        Err(error) if error.is_instance(py, shared.api.cancelled_error.bind(py)) => {
-            future.call_method0(intern!(py, "cancel"))?
-        }
-        Err(error) => future.call_method1(intern!(py, "set_exception"), (error.into_value(py),))?,
-    };
-    Ok(())
 }
 
 impl Job {

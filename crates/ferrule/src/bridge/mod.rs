@@ -3,23 +3,29 @@
 //! asyncio future. `docs/design.md` lists the mechanisms and the invariants (I1, I2, ...) the
 //! comments refer to.
 //!
-//! - `shared`: `Shared`, the state of one bridge, and how a job starts and is handed around.
+//! In layers, each file using only those above it in this list:
+//! - `ffi`: the only `unsafe`; `counters`: what the bridge counts; `trace`: its latency
+//!   histograms; `context`: `RequestContext`, the contextvars each request runs in;
+//! - `asyncio`: cached asyncio callables and the per-coroutine `DriverTask`;
+//! - `job`: one driven coroutine (context, task identity, what it waits on, its completion);
+//! - `queue`: `ReadyQueue` and the `tokio_driving` flag; `gate`: `LoopGate`, whether the loop
+//!   thread is in `select`; `waker`: the eventfd that wakes the loop thread without the GIL;
+//! - `shared`: `Shared`, the state of one bridge, and what needs only it (the jobs in flight,
+//!   handing a job to the loop thread, finishing one);
+//! - `native`: `NativeFuture`, the awaitable resolved from Rust; `resume`: `ResumeCallback`,
+//!   the loop-thread callback that resumes a job; both resume through `Shared`'s driving
+//!   methods, which `driver` defines;
+//! - `driver`: the step loop, classification of yields, and starting and driving jobs on
+//!   either thread;
+//! - `drain`: `DrainOnLoop`, the waker's reader on the loop thread; `selector`:
+//!   `GatedSelector`, exclusive drives for tokio threads on selector loops;
 //! - `class`: `Bridge`, the Python class that makes one bridge and owns its tokio runtime.
-//! - `driver`: the step loop and classification of yields.
-//! - `resume`: `ResumeCallback`, the loop-thread callback that resumes a job.
-//! - `job`: one driven coroutine (context, task identity, what it waits on, its completion).
-//! - `asyncio`: cached asyncio callables and the per-coroutine `DriverTask`.
-//! - `native`: `NativeFuture`, the awaitable resolved from Rust.
-//! - `context`: `RequestContext`, the contextvars each request runs in.
-//! - `queue`: `ReadyQueue` and the `tokio_driving` flag.
-//! - `gate`: `GatedSelector`, exclusive drives for tokio threads on selector loops.
-//! - `waker`: the eventfd that wakes the loop thread without the GIL.
-//! - `counters`: what the bridge counts; `ffi`: the only `unsafe`.
 
 mod asyncio;
 mod class;
 mod context;
 mod counters;
+mod drain;
 mod driver;
 mod ffi;
 mod gate;
@@ -27,9 +33,10 @@ mod job;
 mod native;
 mod queue;
 mod resume;
+mod selector;
 mod shared;
 pub mod trace;
-pub mod waker;
+mod waker;
 
 use pyo3::prelude::*;
 
@@ -43,6 +50,7 @@ pub use self::native::NativeFuture;
 pub use self::native::ResumeVia;
 pub use self::queue::LoopStart;
 pub use self::shared::{Mode, Shared};
+pub use self::waker::send_held_wakes_if_due;
 
 /// Registers the bridge's classes and constants on `module`.
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -10,10 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 
 use super::job::{Job, Resume};
-use super::Shared;
+use super::shared::Shared;
 
 /// How a resolved future gets its waiting job going again.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -306,17 +305,4 @@ impl NativeFuture {
         };
         format!("<NativeFuture {status}>")
     }
-}
-
-/// Keyword arguments for `call_soon(..., context=ctx)`, or none without a context.
-pub fn context_kwargs<'py>(
-    py: Python<'py>,
-    context: Option<Py<PyAny>>,
-) -> PyResult<Option<Bound<'py, PyDict>>> {
-    let Some(context) = context else {
-        return Ok(None);
-    };
-    let kwargs = PyDict::new(py);
-    kwargs.set_item("context", context)?;
-    Ok(Some(kwargs))
 }

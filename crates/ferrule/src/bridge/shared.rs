@@ -1,5 +1,5 @@
-//! `Shared`: the state every object of one bridge shares, and how a job is started, driven
-//! from a tokio thread or handed to the loop thread.
+//! `Shared`: the state every object of one bridge shares, and what needs only it: the jobs in
+//! flight, handing a job to the loop thread, finishing a job. Driving one is `driver`'s.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -8,16 +8,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
+use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
-use super::asyncio::AsyncioApi;
+use super::asyncio::{AsyncioApi, TaskSlot};
 use super::counters::{bump, Counters};
-use super::driver::{drive, Place};
 use super::gate::LoopGate;
 use super::job::{Completion, Job, Resume};
-use super::native::context_kwargs;
 use super::queue::{LoopStart, ReadyQueue};
-use super::resume::ResumeCallback;
 use super::trace::Trace;
 use super::waker::LoopWaker;
 
@@ -98,30 +97,6 @@ impl Shared {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Makes `coro` a job whose result goes to `completion`, and gives it its first drive on
-    /// this thread: how the server starts every app coroutine, on a tokio thread or (see
-    /// `start_on_loop`) on the loop thread. It runs in `context`, which nothing else may enter.
-    /// `received` is the trace mark of the request's arrival (0 when not traced): its first
-    /// drive records the wait.
-    pub fn start(
-        self: &Arc<Self>,
-        py: Python<'_>,
-        coro: &Bound<'_, PyAny>,
-        completion: Completion,
-        context: Bound<'_, PyAny>,
-        received: u64,
-    ) -> PyResult<()> {
-        let job = Bound::new(py, Job::new(py, self, coro, completion, Some(context))?)?;
-        job.get().mark_resumable(received);
-        self.remember_job(&job);
-        if self.on_loop_thread() {
-            self.drive_on_loop(py, &job, Resume::Send(py.None()));
-        } else {
-            self.drive_from_tokio(py, &job, Resume::Send(py.None()));
-        }
-        Ok(())
-    }
-
     /// Where a request's Python work should start. In loop-only mode every drive happens on the
     /// loop thread anyway, so a tokio thread taking the GIL to build the scope and call the
     /// app would only add a GIL handoff per request: it queues the whole start instead.
@@ -151,6 +126,39 @@ impl Shared {
         }
     }
 
+    /// Marks `job` finished and hands its result to its completion. Idempotent.
+    pub fn finish(&self, job: &Bound<'_, Job>, result: PyResult<Py<PyAny>>) {
+        let py = job.py();
+        let this = job.get();
+        let Some((completion, slot)) = this.end() else {
+            return;
+        };
+        self.forget_job(this.id);
+        if let Some(TaskSlot { task, must_finish }) = slot {
+            // Break the task -> job reference cycle, and on 3.11 (where the sentinel never ran)
+            // mark the task done so nothing waits on it forever.
+            let bound = task.task.bind(py);
+            let _ = bound.setattr(intern!(py, "_ferrule_job"), py.None());
+            if must_finish {
+                let _ = self
+                    .api
+                    .future_set_result
+                    .bind(py)
+                    .call1((bound, py.None()));
+            }
+            self.api.recycle(py, task);
+        }
+        match completion {
+            Some(Completion::Future(future)) => {
+                if let Err(err) = deliver_to_future(py, future.bind(py), result, self) {
+                    err.write_unraisable(py, Some(future.bind(py)));
+                }
+            }
+            Some(Completion::Callback(callback)) => callback(py, result),
+            None => {}
+        }
+    }
+
     /// Cancels every unfinished coroutine, as `Task.cancel` would (graceful shutdown's end).
     pub fn cancel_all(&self, py: Python<'_>) {
         let jobs: Vec<Py<Job>> = self
@@ -171,14 +179,14 @@ impl Shared {
         self.jobs.lock().unwrap().len()
     }
 
-    fn on_loop_thread(&self) -> bool {
+    pub(super) fn on_loop_thread(&self) -> bool {
         std::thread::current().id() == self.loop_thread
     }
 
     /// Sizes of `_ready` and `_scheduled`: a drive that grew either left the loop work it will
     /// not see while blocked in `select` with the timeout it computed before (I4).
     /// (Gated mode has both; a drive adds to them and never takes away.)
-    fn loop_queue_marks(&self, py: Python<'_>) -> (usize, usize) {
+    pub(super) fn loop_queue_marks(&self, py: Python<'_>) -> (usize, usize) {
         let len = |queue: &Option<Py<PyAny>>| queue.as_ref().and_then(|q| q.bind(py).len().ok());
         (
             len(&self.ready).unwrap_or(0),
@@ -187,7 +195,7 @@ impl Shared {
     }
 
     /// Wakes the loop thread: from a tokio worker, once it runs out of work (see `waker`).
-    fn wake(&self) {
+    pub(super) fn wake(&self) {
         self.waker.wake_soon();
     }
 
@@ -197,34 +205,6 @@ impl Shared {
         job.get().mark_resumable(self.trace.mark());
         self.queue.push(job, resume);
         self.wake();
-    }
-
-    /// On the loop thread: run the job's next step in a later loop iteration.
-    pub(super) fn resume_soon_on_loop(
-        &self,
-        py: Python<'_>,
-        job: Py<Job>,
-        resume: Resume,
-    ) -> PyResult<()> {
-        job.get().mark_resumable(self.trace.mark());
-        let callback = Py::new(py, ResumeCallback::with_resume(job, resume))?;
-        self.api.call_soon.bind(py).call1((callback,))?;
-        Ok(())
-    }
-
-    /// Resumes `job` soon from a caller that may itself be inside a drive.
-    pub(super) fn resume_later(
-        &self,
-        py: Python<'_>,
-        job: Py<Job>,
-        resume: Resume,
-    ) -> PyResult<()> {
-        if self.on_loop_thread() {
-            self.resume_soon_on_loop(py, job, resume)
-        } else {
-            self.handoff(job, resume);
-            Ok(())
-        }
     }
 
     /// `loop.call_soon(callback, arg, context=...)`, thread-safe when off the loop thread.
@@ -247,7 +227,7 @@ impl Shared {
     }
 
     /// Makes the bridge's loop this thread's running loop, once (I11; required on 3.14).
-    fn ensure_running_loop(&self, py: Python<'_>) -> PyResult<()> {
+    pub(super) fn ensure_running_loop(&self, py: Python<'_>) -> PyResult<()> {
         let address = self.event_loop.as_ptr() as usize;
         if RUNNING_LOOP.with(Cell::get) != address {
             self.api
@@ -260,43 +240,10 @@ impl Shared {
     }
 
     /// Claims the drive slot for this tokio thread if the mode allows it now. GIL held.
-    fn try_begin_tokio_drive(&self) -> bool {
+    pub(super) fn try_begin_tokio_drive(&self) -> bool {
         match self.mode {
             Mode::LoopOnly => false,
             Mode::Gated => self.gate.loop_in_select() && self.queue.begin_tokio_drive(),
-        }
-    }
-
-    /// A tokio thread, holding the GIL and no drive, wants to drive `job`: drive it here if it
-    /// can have exclusive use, else hand it to the loop thread.
-    pub fn drive_from_tokio(&self, py: Python<'_>, job: &Bound<'_, Job>, resume: Resume) {
-        bump(&self.counters.gil_acquisitions);
-        if self.closed.load(Ordering::Acquire) {
-            return;
-        }
-        if let Err(err) = self.ensure_running_loop(py) {
-            Job::finish(job, Err(err));
-            return;
-        }
-        if !self.try_begin_tokio_drive() {
-            self.handoff(job.clone().unbind(), resume);
-            return;
-        }
-        // The task is made before measuring: on 3.11 making it pushes and pops a handle.
-        if let Err(err) = Job::task(job) {
-            self.queue.end_tokio_drive();
-            Job::finish(job, Err(err));
-            return;
-        }
-        let (ready_before, scheduled_before) = self.loop_queue_marks(py);
-        drive(py, job, resume, Place::Tokio);
-        let (ready_after, scheduled_after) = self.loop_queue_marks(py);
-        self.queue.end_tokio_drive();
-        // A coroutine that completed without touching asyncio leaves both unchanged: no wake.
-        // Completing a spawn future does schedule its callbacks, and that is seen here too.
-        let loop_has_new_work = ready_after > ready_before || scheduled_after > scheduled_before;
-        if loop_has_new_work || !self.queue.is_empty() {
-            self.wake();
         }
     }
 
@@ -308,15 +255,36 @@ impl Shared {
         };
         ready_empty && self.queue.is_empty()
     }
+}
 
-    /// The loop thread wants to drive `job` from one of the bridge's callbacks.
-    pub(super) fn drive_on_loop(&self, py: Python<'_>, job: &Bound<'_, Job>, resume: Resume) {
-        if self.queue.tokio_driving() {
-            bump(&self.counters.deferred_resumes);
-            job.get().mark_resumable(self.trace.mark());
-            self.queue.push(job.clone().unbind(), resume);
-            return;
-        }
-        drive(py, job, resume, Place::Loop);
+fn deliver_to_future(
+    py: Python<'_>,
+    future: &Bound<'_, PyAny>,
+    result: PyResult<Py<PyAny>>,
+    shared: &Shared,
+) -> PyResult<()> {
+    if future.call_method0(intern!(py, "done"))?.is_truthy()? {
+        return Ok(()); // the caller cancelled it; nobody wants the result
     }
+    match result {
+        Ok(value) => future.call_method1(intern!(py, "set_result"), (value,))?,
+        Err(error) if error.is_instance(py, shared.api.cancelled_error.bind(py)) => {
+            future.call_method0(intern!(py, "cancel"))?
+        }
+        Err(error) => future.call_method1(intern!(py, "set_exception"), (error.into_value(py),))?,
+    };
+    Ok(())
+}
+
+/// Keyword arguments for `call_soon(..., context=ctx)`, or none without a context.
+fn context_kwargs<'py>(
+    py: Python<'py>,
+    context: Option<Py<PyAny>>,
+) -> PyResult<Option<Bound<'py, PyDict>>> {
+    let Some(context) = context else {
+        return Ok(None);
+    };
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("context", context)?;
+    Ok(Some(kwargs))
 }

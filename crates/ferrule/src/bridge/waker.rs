@@ -1,8 +1,8 @@
 //! Waking the loop thread without the GIL: an eventfd registered once with `loop.add_reader`.
 //!
 //! Any thread can write to it with no GIL, on asyncio and uvloop alike; `pending` coalesces
-//! wakes so a burst of handoffs costs one write. The reader callback, `DrainOnLoop`, drives
-//! whatever the `ReadyQueue` holds.
+//! wakes so a burst of handoffs costs one write. The reader callback, `DrainOnLoop` (`drain`),
+//! drives whatever the `ReadyQueue` holds.
 //!
 //! A tokio worker *holds* the wakes it asks for (`wake_soon`) and sends them when it runs out
 //! of work and parks, or once `HOLD_AT_MOST` has passed or `HOLD_AT_MOST_WAKES` have piled up.
@@ -16,11 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pyo3::prelude::*;
-
 use super::counters::{bump, Counters};
-use super::driver::{drive, Place};
-use super::{ffi, Shared};
+use super::ffi;
 
 /// The longest a worker holds a wake while it keeps busy with other connections.
 const HOLD_AT_MOST: Duration = Duration::from_micros(100);
@@ -81,7 +78,7 @@ impl LoopWaker {
     /// The eventfd is emptied first and `pending` re-armed second: the other order lets a wake
     /// land in between, write the eventfd and have that write consumed, leaving `pending` set
     /// with nothing readable, so every later wake is coalesced away and the queue stalls.
-    fn clear(&self) {
+    pub(super) fn clear(&self) {
         ffi::eventfd_clear(&self.fd);
         self.pending.store(false, Ordering::Release);
     }
@@ -142,33 +139,6 @@ fn send_held_wakes() {
     });
     if let Some(waker) = waker {
         waker.wake();
-    }
-}
-
-/// The eventfd's reader callback on the loop thread: drives every queued coroutine.
-#[pyclass(frozen, module = "ferrule._ferrule")]
-pub struct DrainOnLoop {
-    pub(crate) shared: Arc<Shared>,
-}
-
-#[pymethods]
-impl DrainOnLoop {
-    fn __call__(&self, py: Python<'_>) {
-        let shared = &self.shared;
-        shared.waker.clear();
-        if shared.queue.tokio_driving() {
-            // The tokio thread wakes the loop again after its drive if the queue is not empty.
-            return;
-        }
-        // Resumes of coroutines already running go before new requests.
-        for (job, resume) in shared.queue.take_all() {
-            bump(&shared.counters.gil_acquisitions);
-            drive(py, job.bind(py), resume, Place::Loop);
-        }
-        for start in shared.queue.take_starts() {
-            bump(&shared.counters.gil_acquisitions);
-            start(py);
-        }
     }
 }
 

@@ -134,14 +134,14 @@ fn read_recorded<T: AsyncRead + Unpin>(
 }
 
 // Each read and write also lets a busy tokio worker send the loop wakes it holds once they are
-// due (`bridge::waker`): connections are what keeps a worker from parking.
+// due (`bridge::send_held_wakes_if_due`): connections are what keeps a worker from parking.
 impl<T: AsyncRead + Unpin> AsyncRead for RecordingIo<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        crate::bridge::waker::send_held_wakes_if_due();
+        crate::bridge::send_held_wakes_if_due();
         let this = self.get_mut();
         if this.start == this.end {
             return read_recorded(&mut this.inner, &mut this.recorder, cx, buf);
@@ -165,7 +165,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for RecordingIo<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        crate::bridge::waker::send_held_wakes_if_due();
+        crate::bridge::send_held_wakes_if_due();
         let this = self.get_mut();
         if this.waits_for_others(cx) {
             return Poll::Pending;
@@ -180,7 +180,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for RecordingIo<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        crate::bridge::waker::send_held_wakes_if_due();
+        crate::bridge::send_held_wakes_if_due();
         let this = self.get_mut();
         if this.waits_for_others(cx) {
             return Poll::Pending;
