@@ -28,11 +28,12 @@ test-rust: ## Run the Rust unit tests
 	cargo test --workspace
 
 .PHONY: lint
-lint: ## cargo fmt --check, clippy -D warnings, ruff
+lint: ## cargo fmt --check, clippy -D warnings, ruff, the module graphs
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	ruff check .
 	ruff format --check .
+	$(PYTHON) scripts/module_graph.py
 
 .PHONY: format
 format: ## Format Rust and Python sources
