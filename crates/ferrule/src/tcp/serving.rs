@@ -300,38 +300,7 @@ async fn serve_connection(
                 .await;
             return;
         }
-        // HTTP/1.1: one hyper connection while requests come, none while the connection is
-        // idle (`finish_when::SET_ASIDE_AFTER`), until either side closes it or it is idle
-        // past the keep-alive timeout.
-        let mut io = io;
-        loop {
-            let requests_before = finish_when.conn.heads.requests();
-            let connection = setup
-                .http1
-                .serve_connection(TokioIo::new(io), service.clone());
-            // Boxed, so that its memory goes back while the connection is set aside.
-            let mut connection: Box<dyn Http1Connection> = Box::new(connection.with_upgrades());
-            let driven = finish_when
-                .drive(
-                    Pin::new(&mut *connection),
-                    |c| c.graceful_shutdown(),
-                    Some(requests_before),
-                )
-                .await;
-            let Driven::AtRest(quiet_since) = driven else {
-                return;
-            };
-            finish_when.conn.heads.set_aside(false);
-            let Some(socket) = connection.into_socket() else {
-                return; // not at rest after all; cannot happen while the recorder follows hyper
-            };
-            io = socket;
-            let idle_until = quiet_since + finish_when.idle_timeout;
-            if !finish_when.next_request_arrives(&mut io, idle_until).await {
-                let _ = tokio::io::AsyncWriteExt::shutdown(&mut io).await;
-                return;
-            }
-        }
+        serve_http1(io, service, &setup, &mut finish_when).await;
     };
     tokio::pin!(serving);
     tokio::select! {
@@ -394,6 +363,53 @@ async fn speaks_http2(
             }
         }
         (h1, _) => Some(!h1),
+    }
+}
+
+/// HTTP/1.1: one hyper connection while requests come, none while the connection is
+/// idle (`finish_when::SET_ASIDE_AFTER`), until either side closes it or it is idle
+/// past the keep-alive timeout.
+async fn serve_http1<S>(
+    mut io: RecordingIo<Box<dyn IoStream>>,
+    service: S,
+    setup: &ConnectionSetup,
+    finish_when: &mut FinishWhen,
+) where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = crate::http::ResponseBody>
+        + Clone
+        + Send
+        + Unpin
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    loop {
+        let requests_before = finish_when.conn.heads.requests();
+        let connection = setup
+            .http1
+            .serve_connection(TokioIo::new(io), service.clone());
+        // Boxed, so that its memory goes back while the connection is set aside.
+        let mut connection: Box<dyn Http1Connection> = Box::new(connection.with_upgrades());
+        let driven = finish_when
+            .drive(
+                Pin::new(&mut *connection),
+                |c| c.graceful_shutdown(),
+                Some(requests_before),
+            )
+            .await;
+        let Driven::AtRest(quiet_since) = driven else {
+            return;
+        };
+        finish_when.conn.heads.set_aside(false);
+        let Some(socket) = connection.into_socket() else {
+            return; // not at rest after all; cannot happen while the recorder follows hyper
+        };
+        io = socket;
+        let idle_until = quiet_since + finish_when.idle_timeout;
+        if !finish_when.next_request_arrives(&mut io, idle_until).await {
+            let _ = tokio::io::AsyncWriteExt::shutdown(&mut io).await;
+            return;
+        }
     }
 }
 
