@@ -1,7 +1,8 @@
 """Certificates made at test time with ``cryptography``, for the TLS tests: a CA, a server
 certificate for ``127.0.0.1``/``localhost`` signed by it, a client certificate signed by it, the
 server key again as an encrypted PKCS8 PEM (password :data:`KEY_PASSWORD`), and a client
-certificate from another ("rogue") CA. ``conftest.certs`` makes them once per session."""
+certificate from another ("rogue") CA. The ``certs`` fixture
+(``tests/conftest.py``) makes them once per session."""
 
 from __future__ import annotations
 

@@ -1,13 +1,14 @@
-"""Helpers for the black-box tests of the server, in every folder of ``tests/``.
+"""The server under test as a process, for the black-box tests in every folder of ``tests/``.
 
 - :func:`running_server` starts ``python -m ferrule APP --port 0 ...`` in its own session (process
   group), with ``tests/apps`` as the working directory, waits for the ``ferrule running on ...``
   line on stderr and yields a :class:`ServerProcess`. On exit it sends SIGINT, waits, kills the
   whole process group after :data:`STOP_TIMEOUT` and always reaps it.
-- :class:`RawConnection` speaks HTTP/1.1 over a plain socket: send exact bytes, parse responses
-  (interim 1xx, Content-Length, chunked, close-delimited, HEAD) or read until the peer closes.
-- :func:`poll` and friends bound every wait, so a broken server fails a test instead of hanging.
+- :func:`run_to_exit` runs a command that must end on its own (``--help``, a refused option).
+- :func:`poll` and friends bound every wait, so a broken server fails a test instead of hanging;
+  :func:`read_events` reads what the apps' lifespan hooks wrote to their events file.
 
+The raw HTTP/1.1 client is in :mod:`h1raw`, the ``/proc`` readings of memory in :mod:`memutil`.
 Imported by the test modules as ``from serverutil import ...`` (``tests/`` is on ``sys.path``).
 """
 
@@ -15,23 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import os
 import re
-import selectors
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+from h1raw import HTTP_TIMEOUT, RawConnection
 
 TESTS_DIR = Path(__file__).resolve().parent
 APPS_DIR = TESTS_DIR / "apps"
@@ -40,8 +39,6 @@ APPS_DIR = TESTS_DIR / "apps"
 STARTUP_TIMEOUT = 10.0
 #: How long a SIGINT'ed server may take to exit before its process group is killed.
 STOP_TIMEOUT = 10.0
-#: Default bound for one HTTP exchange.
-HTTP_TIMEOUT = 5.0
 
 RUNNING_RE = re.compile(r"running on (https?)://[^:\s]+:(\d+)")
 UDS_RE = re.compile(r"running on unix socket (\S+)")
@@ -376,13 +373,6 @@ def fetch_record(server: ServerProcess, key: str, timeout: float = 5.0) -> Any:
     return poll(probe, timeout=timeout, what=f"the app to record {key!r}")
 
 
-def free_port() -> int:
-    """A TCP port that was free a moment ago (for tests that must know it before start)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def wait_until_serving(port: int, timeout: float = STARTUP_TIMEOUT, path: str = "/") -> None:
     """Poll ``GET path`` on ``port`` until any HTTP response comes back."""
 
@@ -392,166 +382,6 @@ def wait_until_serving(port: int, timeout: float = STARTUP_TIMEOUT, path: str = 
         return True
 
     poll(probe, timeout=timeout, interval=0.1, what=f"a response on port {port}")
-
-
-def rss_bytes(pid: int) -> int:
-    """Resident set size of ``pid`` from ``/proc/PID/status``."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
-
-
-def peak_rss_bytes(pid: int) -> int:
-    """The most memory ``pid`` has had resident (``VmHWM``), since it started or since the last
-    :func:`reset_peak_rss`."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmHWM for pid {pid}")
-
-
-def reset_peak_rss(pid: int) -> None:
-    """Set ``pid``'s ``VmHWM`` back to its current RSS (``/proc/PID/clear_refs``, Linux 4.0+),
-    so that :func:`peak_rss_bytes` then tells the peak of what follows alone."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-
-
-def settled_rss(
-    pid: int, *, timeout: float = 5.0, window: float = 0.5, tolerance: int = 512 * 1024
-) -> int:
-    """``pid``'s RSS once it has moved less than ``tolerance`` bytes over ``window`` seconds
-    (sampled every 0.05 s), or the largest seen if it is still moving after ``timeout``: for
-    memory that a server fills up to where it stops (queues, buffers), read when it is there."""
-    samples: list[tuple[float, int]] = []
-    deadline = time.monotonic() + timeout
-    while True:
-        now = time.monotonic()
-        samples.append((now, rss_bytes(pid)))
-        recent = [rss for at, rss in samples if at >= now - window]
-        if now - samples[0][0] >= window and max(recent) - min(recent) < tolerance:
-            return samples[-1][1]
-        if now > deadline:
-            return max(rss for _, rss in samples)
-        time.sleep(0.05)
-
-
-MiB = 2**20
-
-
-class RssGrowth:
-    """A process's memory against a baseline: made, it waits for the RSS to settle (up to
-    ``settle`` seconds), keeps it and resets the peak; then :meth:`now` (the RSS at once),
-    :meth:`held` (once settled, see :func:`settled_rss`) and :meth:`peak` (``VmHWM``) tell how
-    far above the baseline the process is, or went, in bytes."""
-
-    def __init__(self, pid: int, *, settle: float = 3.0) -> None:
-        self.pid = pid
-        self.baseline = settled_rss(pid, timeout=settle, window=0.3)
-        reset_peak_rss(pid)
-
-    def now(self) -> int:
-        return rss_bytes(self.pid) - self.baseline
-
-    def held(self, timeout: float = 5.0) -> int:
-        return settled_rss(self.pid, timeout=timeout, window=0.3) - self.baseline
-
-    def peak(self) -> int:
-        return peak_rss_bytes(self.pid) - self.baseline
-
-
-class Flood:
-    """Writes ``batch`` on ``sock`` over and over without ever reading, a non-blocking write at
-    a time (:meth:`pump`), resuming a short write where it stopped so that the stream is never
-    cut inside ``batch`` (make it whole frames or requests). Run several with :func:`flood`."""
-
-    def __init__(self, sock: socket.socket, batch: bytes) -> None:
-        self.sock = sock
-        self.batch = memoryview(batch)
-        self.offset = 0
-        self.sent = 0
-        self.started = time.monotonic()
-        self.last_send = self.started
-        #: Seconds from the start to the write that failed (the peer closed or reset), if any.
-        self.closed_after: float | None = None
-        sock.setblocking(False)
-
-    def pump(self) -> None:
-        if self.closed_after is not None:
-            return
-        try:
-            count = self.sock.send(self.batch[self.offset :])
-        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
-            return
-        except OSError:
-            self.closed_after = time.monotonic() - self.started
-            return
-        self.sent += count
-        self.offset = (self.offset + count) % len(self.batch)
-        self.last_send = time.monotonic()
-
-    def stalled_for(self) -> float:
-        """Seconds since the last write the peer took."""
-        return time.monotonic() - self.last_send
-
-    def finish(self, timeout: float = 5.0) -> None:
-        """Write the rest of the current ``batch`` (blocking, bounded by ``timeout``), so that
-        what follows on the socket starts at a batch boundary; the socket is left blocking."""
-        self.sock.settimeout(timeout)
-        if self.closed_after is None and self.offset:
-            self.sock.sendall(self.batch[self.offset :])
-            self.sent += len(self.batch) - self.offset
-            self.offset = 0
-
-
-def flood(floods: Sequence[Flood], seconds: float) -> None:
-    """Pump every :class:`Flood` whose socket takes more, for ``seconds`` (or until all fail)."""
-    deadline = time.monotonic() + seconds
-    with selectors.DefaultSelector() as selector:
-        for index, each in enumerate(floods):
-            selector.register(each.sock, selectors.EVENT_WRITE, index)
-        while (left := deadline - time.monotonic()) > 0:
-            if all(each.closed_after is not None for each in floods):
-                return
-            for key, _ in selector.select(min(left, 0.1)):
-                floods[key.data].pump()
-
-
-def closed_within(socks: Sequence[socket.socket], timeout: float) -> int:
-    """How many of ``socks`` the peer closes (or resets) within ``timeout``; whatever arrives on
-    them meanwhile is read and dropped."""
-    left_open = {sock.fileno(): sock for sock in socks}
-    deadline = time.monotonic() + timeout
-    with selectors.DefaultSelector() as selector:
-        for sock in socks:
-            sock.setblocking(False)
-            selector.register(sock, selectors.EVENT_READ)
-        while left_open and (left := deadline - time.monotonic()) > 0:
-            for key, _ in selector.select(min(left, 0.1)):
-                sock = key.fileobj
-                assert isinstance(sock, socket.socket)
-                try:
-                    data = sock.recv(65536)
-                except (BlockingIOError, ssl.SSLWantReadError):
-                    continue
-                except OSError:
-                    data = b""
-                if not data:
-                    selector.unregister(sock)
-                    left_open.pop(sock.fileno(), None)
-    return len(socks) - len(left_open)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` exists and is not a zombie."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    for line in status.splitlines():
-        if line.startswith("State:"):
-            return "Z" not in line.split()[1]
-    return True
 
 
 def read_events(path: Path) -> list[str]:
@@ -570,276 +400,32 @@ def wait_for_event(path: Path, event: str, timeout: float = 5.0) -> list[str]:
     )
 
 
-# -- raw HTTP ---------------------------------------------------------------------------------
+# -- ports, processes, apps -------------------------------------------------------------------
 
 
-class IncompleteResponse(AssertionError):
-    """The peer closed (or went silent) before a complete response was read."""
-
-    def __init__(self, message: str, received: bytes) -> None:
-        super().__init__(f"{message}; received so far: {received[:600]!r}")
-        self.received = received
-
-
-@dataclass
-class RawResponse:
-    version: str
-    status: int
-    reason: str
-    headers: list[tuple[str, str]]
-    body: bytes
-    raw_head: bytes
-    chunked: bool = False
-    chunk_sizes: list[int] = field(default_factory=list)
-
-    def header(self, name: str) -> str | None:
-        values = self.all(name)
-        return values[0] if values else None
-
-    def all(self, name: str) -> list[str]:
-        name = name.lower()
-        return [value for key, value in self.headers if key == name]
-
-    def json(self) -> Any:
-        return json.loads(self.body)
+def free_port() -> int:
+    """A TCP port that was free a moment ago (for tests that must know it before start)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
-class RawConnection:
-    """One TCP connection with a read buffer, every operation bounded by ``timeout``."""
-
-    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = HTTP_TIMEOUT) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.settimeout(timeout)
-        self.timeout = timeout
-        # A bytearray and a list of chunks: a 32 MiB body read into bytes by `+=` took most of
-        # a minute on a loaded machine.
-        self._buffer = bytearray()
-        self._received: list[bytes] = []  # everything read, for diagnostics
-        self.eof = False
-
-    @property
-    def buffer(self) -> bytes:
-        """What was read and not yet consumed."""
-        return bytes(self._buffer)
-
-    @property
-    def received(self) -> bytes:
-        """Everything read so far."""
-        return b"".join(self._received)
-
-    def __enter__(self) -> RawConnection:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def local_port(self) -> int:
-        return self.sock.getsockname()[1]
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def _fill(self, deadline: float) -> bool:
-        """Read more bytes into the buffer; False at EOF. Raises ``TimeoutError`` at deadline."""
-        if self.eof:
-            return False
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("deadline passed")
-        self.sock.settimeout(remaining)
-        try:
-            data = self.sock.recv(65536)
-        except ConnectionResetError:
-            data = b""
-        if not data:
-            self.eof = True
-            return False
-        self._buffer += data
-        self._received.append(data)
-        return True
-
-    def _deadline(self, timeout: float | None) -> float:
-        return time.monotonic() + (self.timeout if timeout is None else timeout)
-
-    def read_until(self, marker: bytes, timeout: float | None = None) -> bytes:
-        """Bytes up to and including ``marker``."""
-        deadline = self._deadline(timeout)
-        while marker not in self._buffer:
-            try:
-                more = self._fill(deadline)
-            except TimeoutError:
-                raise IncompleteResponse(f"no {marker!r} in time", self.received) from None
-            if not more:
-                raise IncompleteResponse(f"EOF before {marker!r}", self.received)
-        index = self._buffer.index(marker) + len(marker)
-        data = bytes(self._buffer[:index])
-        del self._buffer[:index]
-        return data
-
-    def read_exactly(self, count: int, timeout: float | None = None) -> bytes:
-        deadline = self._deadline(timeout)
-        while len(self._buffer) < count:
-            try:
-                more = self._fill(deadline)
-            except TimeoutError:
-                raise IncompleteResponse(
-                    f"fewer than {count} bytes in time", self.received
-                ) from None
-            if not more:
-                raise IncompleteResponse(f"EOF before {count} bytes", self.received)
-        data = bytes(self._buffer[:count])
-        del self._buffer[:count]
-        return data
-
-    def read_until_close(self, timeout: float | None = None) -> bytes:
-        """Everything until the peer closes; raises :class:`IncompleteResponse` on timeout."""
-        deadline = self._deadline(timeout)
-        while True:
-            try:
-                more = self._fill(deadline)
-            except TimeoutError:
-                raise IncompleteResponse("the peer did not close in time", self.received) from None
-            if not more:
-                data = bytes(self._buffer)
-                self._buffer.clear()
-                return data
-
-    def wait_closed(self, timeout: float) -> bool:
-        """True if the peer closes within ``timeout`` (any unread bytes are discarded)."""
-        try:
-            self.read_until_close(timeout)
-        except IncompleteResponse:
-            return False
-        return True
-
-    def read_response(self, *, head: bool = False, timeout: float | None = None) -> RawResponse:
-        """Parse one response (an interim 1xx response is returned as is)."""
-        deadline = self._deadline(timeout)
-
-        def left() -> float:
-            return max(deadline - time.monotonic(), 0.001)
-
-        raw_head = self.read_until(b"\r\n\r\n", left())
-        lines = raw_head[:-4].split(b"\r\n")
-        version, _, rest = lines[0].decode("latin-1").partition(" ")
-        status_text, _, reason = rest.partition(" ")
-        headers = []
-        for line in lines[1:]:
-            name, _, value = line.decode("latin-1").partition(":")
-            headers.append((name.strip().lower(), value.strip()))
-        response = RawResponse(version, int(status_text), reason, headers, b"", raw_head)
-        encoding = ",".join(response.all("transfer-encoding")).lower()
-        length = response.header("content-length")
-        if head or 100 <= response.status < 200 or response.status in (204, 304):
-            return response
-        if "chunked" in encoding:
-            response.chunked = True
-            body = []
-            while True:
-                size_line = self.read_until(b"\r\n", left())
-                size = int(size_line.split(b";")[0].strip(), 16)
-                response.chunk_sizes.append(size)
-                if size == 0:
-                    while self.read_until(b"\r\n", left()) != b"\r\n":  # trailers
-                        pass
-                    break
-                body.append(self.read_exactly(size, left()))
-                if self.read_exactly(2, left()) != b"\r\n":
-                    raise IncompleteResponse("chunk not followed by CRLF", self.received)
-            response.body = b"".join(body)
-        elif length is not None:
-            response.body = self.read_exactly(int(length), left())
-        else:
-            response.body = self.read_until_close(left())
-        return response
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.close()
-
-
-def request_bytes(
-    method: str,
-    target: str,
-    *,
-    headers: Sequence[tuple[str, str]] = (),
-    body: bytes = b"",
-    version: str = "HTTP/1.1",
-    host: str = "test",
-    content_length: bool | None = None,
-) -> bytes:
-    """A request as bytes; ``Content-Length`` is added when there is a body (or when asked)."""
-    lines = [f"{method} {target} {version}", f"Host: {host}"]
-    lines += [f"{name}: {value}" for name, value in headers]
-    if content_length or (content_length is None and body):
-        lines.append(f"Content-Length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-
-
-def raw_exchange(port: int, data: bytes, timeout: float = HTTP_TIMEOUT) -> bytes:
-    """Send ``data`` on a new connection and return what arrives until close or ``timeout``."""
-    with RawConnection(port, timeout=timeout) as conn:
-        conn.send(data)
-        try:
-            conn.read_until_close(timeout)
-        except IncompleteResponse:
-            pass
-        return conn.received
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    for line in status.splitlines():
+        if line.startswith("State:"):
+            return "Z" not in line.split()[1]
+    return True
 
 
 def is_clean_exit(code: int | None, sig: int = signal.SIGINT) -> bool:
     """A graceful stop: exit status 0, or death by re-raising the same signal after the
     shutdown (what uvicorn does, and what a supervisor reads as a clean stop too)."""
     return code == 0 or code == -sig
-
-
-# -- hostile input (``tests/hostile/``) -----------------------------------------------
-
-
-def fd_count(pid: int) -> int:
-    """Open file descriptors of ``pid`` (entries of ``/proc/PID/fd``)."""
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-class _ReceivedBytes(RawConnection):
-    """A :class:`RawConnection` over bytes already read (no socket), to reuse its parser."""
-
-    def __init__(self, data: bytes) -> None:  # no socket on purpose
-        self.timeout = 0.001
-        self._buffer = bytearray(data)
-        self._received = [data]
-        self.eof = True
-
-    def close(self) -> None:
-        pass
-
-
-def parse_responses(data: bytes) -> tuple[list[RawResponse], bytes]:
-    """Split everything read from one connection into complete responses, in order; also
-    returns the bytes left over after the last complete one (a truncated response, junk)."""
-    reader = _ReceivedBytes(data)
-    responses: list[RawResponse] = []
-    while reader.buffer:
-        before = reader.buffer
-        try:
-            responses.append(reader.read_response())
-        except (IncompleteResponse, ValueError, IndexError):
-            return responses, before
-    return responses, b""
-
-
-def send_in_background(conn: RawConnection, data: bytes) -> threading.Thread:
-    """``sendall`` on a daemon thread (errors such as a reset are swallowed), so the caller can
-    read an early answer while a large request is still being written. Join it when done."""
-
-    def run() -> None:
-        with contextlib.suppress(OSError):
-            conn.sock.sendall(data)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 def import_app(name: str) -> Any:
@@ -849,14 +435,3 @@ def import_app(name: str) -> Any:
     if str(APPS_DIR) not in sys.path:
         sys.path.insert(0, str(APPS_DIR))
     return getattr(importlib.import_module(module), attr)
-
-
-#: Offset of ``tcpi_data_segs_in`` (segments with data received) in Linux's ``struct tcp_info``.
-TCPI_DATA_SEGS_IN = 152
-
-
-def data_segments_in(sock: socket.socket) -> int:
-    """How many TCP segments with data ``sock`` has received (Linux ``TCP_INFO``): with the
-    server's ``TCP_NODELAY``, about how many writes the server made to it."""
-    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
-    return int.from_bytes(info[TCPI_DATA_SEGS_IN : TCPI_DATA_SEGS_IN + 4], "little")

@@ -1,11 +1,12 @@
-"""Helpers for the black-box WebSocket tests (``tests/ws/``, and the WebSocket attacks in
-``tests/hostile/``): two clients for a server from :mod:`serverutil`.
+"""Helpers for the black-box WebSocket tests (``tests/ws/``; also the WebSocket attacks of
+``tests/hostile/`` and the frameworks' WebSockets of ``tests/compat/``): two clients for a server
+from :mod:`serverutil`.
 
 - :func:`ws_connect` opens a client of the ``websockets`` library (asyncio client: handshake
   checks, fragmented sends, pings, close codes) for what a real client does; bounded handshake
   and close, no keepalive pings, no client proxy from the environment, messages up to 4 MiB.
 - :func:`raw_handshake` and :func:`upgraded` give a :class:`RawWebSocket` over a
-  :class:`~serverutil.RawConnection` (the opening handshake by hand, masked frames built byte by
+  :class:`~h1raw.RawConnection` (the opening handshake by hand, masked frames built byte by
   byte with :func:`build_frame`, server frames parsed into :class:`Frame`) for what a real client
   would never send: invalid UTF-8, unmasked frames, reserved bits, bad control frames.
 - :func:`run` bounds an asyncio scenario with ``asyncio.wait_for`` (:data:`TIMEOUT`), so a broken
@@ -27,7 +28,8 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from serverutil import RawConnection, RawResponse, ServerProcess, request_bytes
+from h1raw import RawConnection, RawResponse, request_bytes
+from serverutil import ServerProcess
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 

@@ -1,6 +1,6 @@
 """Typed stub for the Rust extension module ``ferrule._ferrule``.
 
-Checked against the compiled module by ``tests/test_stub.py``.
+Checked against the compiled module by ``tests/bridge/test_stub.py``.
 """
 
 import asyncio

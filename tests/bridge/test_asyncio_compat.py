@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import ferrule
 import sniffio
-from conftest import child_value, gather_bounded
+from bridgeutil import child_value, gather_bounded
 
 
 def test_current_task_is_one_object_for_the_coroutines_whole_life(run) -> None:

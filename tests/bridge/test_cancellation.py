@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import ferrule
 import pytest
-from conftest import wait_for_marks
+from bridgeutil import wait_for_marks
 
 #: What a coroutine can be suspended on when the cancellation arrives.
 SUSPENSIONS = ["native", "asyncio-future", "asyncio-sleep"]

@@ -6,7 +6,7 @@ import asyncio
 import contextvars
 
 import ferrule
-from conftest import gather_bounded
+from bridgeutil import gather_bounded
 
 REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="unset")
 TOUCHED: contextvars.ContextVar[str] = contextvars.ContextVar("touched", default="untouched")

@@ -7,7 +7,7 @@ import sys
 
 import ferrule
 import pytest
-from conftest import (
+from bridgeutil import (
     REQUIRED_COUNTERS,
     YieldDone,
     counter_delta,

@@ -7,7 +7,7 @@ from typing import Any
 
 import ferrule
 import pytest
-from conftest import (
+from bridgeutil import (
     YieldDone,
     counter_delta,
     drives_first_off_loop,

@@ -2,7 +2,7 @@
 per drive, a fully initialised task per coroutine, thread-safe scheduling, deferred future
 callbacks, loops without ``_ready``, and ``Task.__init__``'s side effects.
 
-Each test is named after the invariant it protects. The harness (``conftest.run_bridge``) also
+Each test is named after the invariant it protects. The harness (``bridgeutil.run_bridge``) also
 fails any test whose loop reported an error or whose bridge counted a collision.
 """
 
@@ -17,8 +17,7 @@ from typing import Any
 
 import ferrule
 import pytest
-from conftest import (
-    HAS_UVLOOP,
+from bridgeutil import (
     check_first_drive_thread,
     child_value,
     expected_mode,
@@ -27,6 +26,7 @@ from conftest import (
     run_bridge,
     wait_for_marks,
 )
+from loopkinds import HAS_UVLOOP
 
 # --- I1: one current task per loop -----------------------------------------------------------
 

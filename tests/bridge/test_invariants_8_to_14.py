@@ -3,7 +3,7 @@ alive while suspended, signals on the main thread, the running loop on tokio thr
 runtime found from loop-thread continuations, channel capacity over the drive budget, and no
 inline drive on the loop thread while a tokio thread drives.
 
-Each test is named after the invariant it protects. The harness (``conftest.run_bridge``) also
+Each test is named after the invariant it protects. The harness (``bridgeutil.run_bridge``) also
 fails any test whose loop reported an error or whose bridge counted a collision.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import ferrule
 import pytest
-from conftest import (
+from bridgeutil import (
     check_first_drive_thread,
     gather_bounded,
     on_loop_thread,

@@ -9,7 +9,7 @@ from typing import Any
 
 import ferrule
 import pytest
-from conftest import on_loop_thread, wait_until
+from bridgeutil import on_loop_thread, wait_until
 
 
 def test_plain_asyncio_tasks_await_native_futures(run) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import ferrule
-from conftest import child_value, counter_delta, gather_bounded, settled_counters
+from bridgeutil import child_value, counter_delta, gather_bounded, settled_counters
 
 SPAWNS = 20_000
 WAVE = 500

@@ -13,7 +13,7 @@ import time
 
 import anyio
 import ferrule
-from conftest import check_first_drive_thread, child_value, on_loop_thread, wait_for_marks
+from bridgeutil import check_first_drive_thread, child_value, on_loop_thread, wait_for_marks
 
 #: A working bridge needs a few milliseconds; a missed wake-up costs the 5 s guard.
 PROMPT = 1.0

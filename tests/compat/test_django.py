@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from compatutil import STOP_CASES, framework_server, parse_sse, stop_cleanly
-from conftest import LOOP_KINDS
+from loopkinds import LOOP_KINDS
 from serverutil import ServerProcess, poll
 
 APP = "compat_django:app"

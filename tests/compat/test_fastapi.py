@@ -23,7 +23,7 @@ from compatutil import (
     logged_events,
     stop_cleanly,
 )
-from conftest import LOOP_KINDS
+from loopkinds import LOOP_KINDS
 from serverutil import APPS_DIR, ServerProcess, poll
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from wsutil import recv, run, ws_connect

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from conftest import LOOP_KINDS
-from serverutil import ServerProcess, poll, request_bytes, running_server
+from h1raw import request_bytes
+from loopkinds import LOOP_KINDS
+from serverutil import ServerProcess, poll, running_server
 
 
 @pytest.fixture(scope="module", params=LOOP_KINDS)

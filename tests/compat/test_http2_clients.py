@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from compatutil import framework_server, logged_events, parse_sse, stop_cleanly
-from conftest import LOOP_KINDS
+from loopkinds import LOOP_KINDS
 from serverutil import SERVER_MODULE, ServerProcess
 
 pytestmark = pytest.mark.skipif(

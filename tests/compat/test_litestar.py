@@ -22,7 +22,7 @@ from compatutil import (
     parse_sse,
     stop_cleanly,
 )
-from conftest import LOOP_KINDS
+from loopkinds import LOOP_KINDS
 from serverutil import ServerProcess, poll
 from wsutil import recv, run, ws_connect
 

@@ -25,7 +25,7 @@ from compatutil import (
     logged_events,
     stop_cleanly,
 )
-from conftest import LOOP_KINDS
+from loopkinds import LOOP_KINDS
 from serverutil import ServerProcess, poll
 from websockets.exceptions import InvalidStatus
 from wsutil import recv, run, ws_connect

@@ -17,7 +17,7 @@ import pytest
 import requests
 import socketio
 from compatutil import STOP_CASES, framework_server, logged_events, stop_cleanly
-from conftest import LOOP_KINDS
+from loopkinds import LOOP_KINDS
 from serverutil import ServerProcess, poll
 
 APP = "compat_socketio:app"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from compatutil import STOP_CASES, framework_server, logged_events, parse_sse, stop_cleanly
-from conftest import LOOP_KINDS
+from loopkinds import LOOP_KINDS
 from serverutil import ServerProcess, poll
 
 APP = "compat_sse:app"

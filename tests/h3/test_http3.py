@@ -51,6 +51,18 @@ def h3(server: ServerProcess, certs: Certs, work: Callable[[H3Client], Awaitable
     return asyncio.run(main())
 
 
+async def wait_in_app(client: H3Client, count: int = 1, timeout: float = 5.0) -> None:
+    """Wait until ``count`` requests are inside the app's ``/sleep`` or ``/echo`` (its
+    ``/gauge``); fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = json.loads(bytes((await client.request("GET", "/gauge")).body))["now"]
+        if now >= count:
+            return
+        assert time.monotonic() < deadline, f"{now} of {count} requests in the app"
+        await asyncio.sleep(0.02)
+
+
 @pytest.fixture(scope="module")
 def server(certs: Certs) -> Iterator[ServerProcess]:
     with running_server(APP, "--http3", *tls_args(certs)) as running:
@@ -226,7 +238,7 @@ def test_shutdown_sends_goaway_and_finishes_streams(certs: Certs) -> None:
         async def work(client: H3Client) -> tuple[int, list[int]]:
             await client.request("GET", "/scope")
             _, waiter = client.start_request("GET", "/sleep?secs=1.5")
-            await asyncio.sleep(0.3)
+            await wait_in_app(client)
             stopping.send_signal(signal.SIGINT)
             response = await asyncio.wait_for(waiter, 10)
             deadline = time.monotonic() + 5
@@ -252,7 +264,7 @@ def test_shutdown_cancels_what_outlasts_the_graceful_timeout(certs: Certs) -> No
 
         async def work(client: H3Client) -> None:
             client.start_request("GET", "/sleep?secs=30")
-            await asyncio.sleep(0.3)
+            await wait_in_app(client)
             stopping.send_signal(signal.SIGINT)
             started = time.monotonic()
             while stopping.returncode is None and time.monotonic() - started < 10:

@@ -19,16 +19,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serverutil import (
-    RawConnection,
-    ServerProcess,
-    fd_count,
-    fetch_record,
-    pid_alive,
-    poll,
-    request_bytes,
-    running_server,
-)
+from h1raw import RawConnection, request_bytes
+from memutil import fd_count
+from serverutil import ServerProcess, fetch_record, pid_alive, poll, running_server
 
 
 @pytest.fixture(scope="module")

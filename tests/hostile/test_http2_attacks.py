@@ -54,7 +54,8 @@ from h2raw import (
     request_fields,
     setting,
 )
-from serverutil import ServerProcess, fetch_record, is_clean_exit, rss_bytes, running_server
+from memutil import rss_bytes
+from serverutil import ServerProcess, fetch_record, is_clean_exit, running_server
 
 APP = "hostile_app:app"
 

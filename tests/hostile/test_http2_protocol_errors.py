@@ -45,7 +45,8 @@ from h2raw import (
     request_fields,
     setting,
 )
-from serverutil import ServerProcess, fetch_record, rss_bytes, running_server
+from memutil import rss_bytes
+from serverutil import ServerProcess, fetch_record, running_server
 
 APP = "hostile_app:app"
 

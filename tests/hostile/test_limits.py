@@ -12,17 +12,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from h1raw import IncompleteResponse, RawConnection, RawResponse, request_bytes, send_in_background
 from serverutil import (
-    IncompleteResponse,
-    RawConnection,
-    RawResponse,
     ServerProcess,
     ferrule_command,
     poll,
-    request_bytes,
     run_to_exit,
     running_server,
-    send_in_background,
     wait_for_event,
 )
 

@@ -18,13 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from serverutil import (
-    RawResponse,
-    ServerProcess,
-    fetch_record,
-    parse_responses,
-    running_server,
-)
+from h1raw import RawResponse, parse_responses
+from serverutil import ServerProcess, fetch_record, running_server
 
 #: Bound for one malformed exchange: a correct server answers and closes in milliseconds.
 READ_TIMEOUT = 2.0

@@ -8,8 +8,8 @@ Each test states its bound: far below what an unbounded queue shows, well above 
 server uses. The other attack families, per protocol, are in ``test_memory_http1``
 (HTTP/1.1 and TLS), ``test_memory_http2`` (h2c and TLS), ``test_memory_websocket`` (over
 HTTP/1.1 and HTTP/2) and ``test_memory_http3`` (QUIC); ``memory_app`` serves them all,
-``serverutil`` has the RSS helpers (``RssGrowth``) and the never-reading writer (``Flood``),
-``hostileutil`` what these modules share.
+``memutil`` has the RSS helpers (``RssGrowth``), ``hostileutil`` the never-reading writer
+(``Flood``) and what else these modules share.
 """
 
 from __future__ import annotations
@@ -25,8 +25,17 @@ from h2raw import (
     get,
     setting,
 )
-from hostileutil import PING_FRAME, PROVOKE, check_serves_promptly, gauge, provoke_resets
-from serverutil import Flood, MiB, RssGrowth, ServerProcess, flood, poll, running_server
+from hostileutil import (
+    PING_FRAME,
+    PROVOKE,
+    Flood,
+    check_serves_promptly,
+    flood,
+    gauge,
+    provoke_resets,
+)
+from memutil import MiB, RssGrowth
+from serverutil import ServerProcess, poll, running_server
 from wsutil import upgraded
 
 APP = "memory_app:app"

@@ -16,20 +16,11 @@ from collections.abc import Iterator
 
 import pytest
 from certs import Certs
+from h1raw import request_bytes
 from h2raw import CONTINUATION, HEADERS, PREFACE, SETTINGS, block, frame
-from hostileutil import check_serves_promptly, gauge
-from serverutil import (
-    Flood,
-    MiB,
-    RssGrowth,
-    ServerProcess,
-    closed_within,
-    fd_count,
-    flood,
-    poll,
-    request_bytes,
-    running_server,
-)
+from hostileutil import Flood, check_serves_promptly, closed_within, flood, gauge
+from memutil import MiB, RssGrowth, fd_count
+from serverutil import ServerProcess, poll, running_server
 
 APP = "memory_app:app"
 

@@ -51,7 +51,8 @@ from h2raw import (
     setting,
 )
 from hostileutil import provoke_resets
-from serverutil import MiB, RssGrowth, ServerProcess, fd_count, running_server
+from memutil import MiB, RssGrowth, fd_count
+from serverutil import ServerProcess, running_server
 
 APP = "memory_app:app"
 

@@ -35,7 +35,8 @@ from h3client import (
     h3_connection,
     open_and_reset,
 )
-from serverutil import MiB, RssGrowth, ServerProcess, running_server
+from memutil import MiB, RssGrowth
+from serverutil import ServerProcess, running_server
 
 APP = "memory_app:app"
 T = TypeVar("T")

@@ -18,8 +18,9 @@ from collections.abc import Iterator
 import h2.settings
 import pytest
 from h2ws import H2Client, parse_frames, plain_client
-from hostileutil import PING_FRAME, check_serves_promptly
-from serverutil import Flood, MiB, RssGrowth, ServerProcess, flood, poll, running_server
+from hostileutil import PING_FRAME, Flood, check_serves_promptly, flood
+from memutil import MiB, RssGrowth
+from serverutil import ServerProcess, poll, running_server
 from wsutil import (
     OP_BINARY,
     OP_CLOSE,

@@ -6,14 +6,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from serverutil import (
-    IncompleteResponse,
-    ServerProcess,
-    fetch_record,
-    raw_exchange,
-    request_bytes,
-    running_server,
-)
+from h1raw import IncompleteResponse, raw_exchange, request_bytes
+from serverutil import ServerProcess, fetch_record, running_server
 
 
 @pytest.fixture(scope="module")

@@ -23,13 +23,8 @@ from typing import Any
 import httpx
 import pytest
 from certs import KEY_PASSWORD, Certs
-from serverutil import (
-    ServerProcess,
-    ferrule_command,
-    request_bytes,
-    run_to_exit,
-    running_server,
-)
+from h1raw import request_bytes
+from serverutil import ServerProcess, ferrule_command, run_to_exit, running_server
 
 APP = "http2_app:app"
 #: Bound for one exchange in this module (a 1 MB body over h2 included).

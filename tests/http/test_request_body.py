@@ -11,7 +11,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from serverutil import ServerProcess, fetch_record, request_bytes, running_server
+from h1raw import request_bytes
+from serverutil import ServerProcess, fetch_record, running_server
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ import h2.config
 import h2.connection
 import h2.events
 import pytest
-from serverutil import ServerProcess, fetch_record, request_bytes, running_server
+from h1raw import request_bytes
+from serverutil import ServerProcess, fetch_record, running_server
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from serverutil import RawConnection, ServerProcess, request_bytes, running_server
+from h1raw import RawConnection, request_bytes
+from serverutil import ServerProcess, running_server
 
 
 @pytest.fixture(scope="module")

@@ -9,15 +9,9 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from serverutil import (
-    ServerProcess,
-    data_segments_in,
-    fetch_record,
-    import_app,
-    request_bytes,
-    rss_bytes,
-    running_server,
-)
+from h1raw import data_segments_in, request_bytes
+from memutil import rss_bytes
+from serverutil import ServerProcess, fetch_record, import_app, running_server
 
 MB = 1024 * 1024
 #: Allowed growth of the server's RSS while streaming 50 MB.

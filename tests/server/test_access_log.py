@@ -2,7 +2,7 @@
 server writes on stdout; WebSocket sessions' lines (handshake and close), in uvicorn's style and
 in a format; refused formats.
 
-uvicorn's default line itself is checked in ``test_cli_serving.py``
+uvicorn's default line itself is checked in ``tests/cli/test_serving.py``
 (``test_access_log_line_format`` and its neighbours)."""
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ import time
 
 import pytest
 from certs import Certs
-from serverutil import RawConnection, rss_bytes, running_server
+from h1raw import RawConnection
+from memutil import rss_bytes
+from serverutil import running_server
 
 #: Past the second after which an idle connection is set aside, with room for a busy machine.
 REST = 1.8

@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from serverutil import RawConnection, rss_bytes, running_server
+from h1raw import RawConnection
+from memutil import rss_bytes
+from serverutil import running_server
 
 MB = 1024 * 1024
 #: Keep-alive connections that each send one request per wave.

@@ -16,15 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serverutil import (
-    ServerProcess,
-    ferrule_command,
-    pid_alive,
-    poll,
-    request_bytes,
-    run_to_exit,
-    running_server,
-)
+from h1raw import request_bytes
+from serverutil import ServerProcess, ferrule_command, pid_alive, poll, run_to_exit, running_server
 
 #: How long each worker's lifespan startup takes in these tests. A worker stopped before its
 #: successor serves leaves the port with no one accepting for that long at least.

@@ -11,14 +11,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serverutil import (
-    ServerProcess,
-    is_clean_exit,
-    read_events,
-    request_bytes,
-    running_server,
-    wait_for_event,
-)
+from h1raw import request_bytes
+from serverutil import ServerProcess, is_clean_exit, read_events, running_server, wait_for_event
 
 
 def events_env(tmp_path: Path) -> tuple[Path, dict[str, str]]:
@@ -89,6 +83,7 @@ def test_stops_accepting_new_connections(tmp_path: Path) -> None:
         request = Background(server, "/slow?sleep=2&key=a")
         wait_for_event(events, "start a")
         server.send_signal(signal.SIGINT)
+        # Past the moment the listener still takes connections already on their way.
         time.sleep(0.5)
         served_late = False
         try:

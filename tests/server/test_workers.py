@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from h1raw import request_bytes
 from serverutil import (
     ServerProcess,
     ferrule_command,
@@ -18,7 +19,6 @@ from serverutil import (
     pid_alive,
     poll,
     read_events,
-    request_bytes,
     run_to_exit,
     running_server,
 )

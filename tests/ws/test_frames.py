@@ -21,9 +21,9 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from h1raw import data_segments_in
 from serverutil import (
     ServerProcess,
-    data_segments_in,
     ferrule_command,
     fetch_record,
     run_to_exit,

@@ -20,13 +20,13 @@ from pathlib import Path
 import ferrule
 import httpx
 import pytest
+from h1raw import request_bytes
 from serverutil import (
     APPS_DIR,
     base_env,
     ferrule_command,
     free_port,
     poll,
-    request_bytes,
     run_to_exit,
     running_server,
 )

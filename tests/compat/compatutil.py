@@ -10,7 +10,8 @@ Socket.IO client).
   error (:data:`ERROR_MARKERS`). :data:`STOP_CASES` pairs the loop kinds with the signals.
 - :func:`parse_sse` splits a ``text/event-stream`` body into events.
 
-Imported by the test modules as ``from compatutil import ...`` (``tests/`` is on ``sys.path``).
+Imported by the test modules as ``from compatutil import ...`` (pytest puts ``tests/compat``
+on ``sys.path``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import HAS_UVLOOP
+from loopkinds import HAS_UVLOOP
 from serverutil import ServerProcess, is_clean_exit, poll, read_events, running_server
 
 #: What a user reading the server's stderr after a stop would take for a problem.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import ferrule
 import pytest
-from conftest import REQUIRED_COUNTERS
+from bridgeutil import REQUIRED_COUNTERS
 from ferrule import _ferrule
 
 STUB_PATH = Path(ferrule.__file__).with_name("_ferrule.pyi")

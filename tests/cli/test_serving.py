@@ -16,6 +16,7 @@ from pathlib import Path
 import ferrule
 import httpx
 import pytest
+from h1raw import request_bytes
 from serverutil import (
     APPS_DIR,
     ServerProcess,
@@ -23,7 +24,6 @@ from serverutil import (
     free_port,
     is_clean_exit,
     poll,
-    request_bytes,
     run_to_exit,
     running_server,
     wait_until_serving,
