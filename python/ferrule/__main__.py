@@ -8,14 +8,14 @@ import platform
 import sys
 from typing import Any, NoReturn
 
+from ferrule._ferrule import __version__
 from ferrule.config import Config
+from ferrule.server import run_config
 from ferrule.settings import GROUPS, KEY_PASSWORD_ENV, SETTINGS, Setting, SettingError, boolean
 
 
 def version_line() -> str:
     """What ``--version`` prints, in uvicorn's shape."""
-    from ferrule import __version__
-
     python = f"{platform.python_implementation()} {platform.python_version()}"
     return f"ferrule {__version__} with {python} on {platform.system()}"
 
@@ -128,8 +128,6 @@ def main(argv: list[str] | None = None) -> None:
         cli.error(f"argument {exc.setting.option}: {exc.problem}")
     except ValueError as exc:
         cli.error(str(exc))
-    from ferrule.server import run_config
-
     sys.exit(run_config(config, args))
 
 

@@ -35,9 +35,9 @@ def choice(aliases: dict[str, str]) -> Callable[[Any], Any]:
     return check
 
 
-def protocol(aliases: dict[str, str], h1_names: tuple[str, ...] = ()) -> Callable[[Any], Any]:
+def protocol(aliases: dict[str, str], class_names: tuple[str, ...] = ()) -> Callable[[Any], Any]:
     """A choice, or one of uvicorn's protocol classes (``Config(http=H11Protocol)``), taken for
-    what it implements: HTTP/1.1 alone for h11's and httptools', else ``auto``."""
+    the first of ``class_names`` its name holds (``h11`` in ``H11Protocol``), else ``auto``."""
     choose = choice(aliases)
 
     def check(value: Any) -> Any:
@@ -45,7 +45,7 @@ def protocol(aliases: dict[str, str], h1_names: tuple[str, ...] = ()) -> Callabl
             return choose(value)
         if isinstance(value, type):
             name = value.__name__.lower()
-            return "1" if any(h1 in name for h1 in h1_names) else "auto"
+            return choose(next((alias for alias in class_names if alias in name), "auto"))
         raise ValueError(f"must be one of {', '.join(aliases)} or a protocol class, not {value!r}")
 
     return check
@@ -171,14 +171,22 @@ def head_size(value: int | None) -> int | None:
     return value
 
 
-#: uvicorn's ``--http`` implementations (h11, httptools) speak HTTP/1.1 only: ``1`` here.
-#: Its ``zttp`` (HTTP/1.1 and HTTP/2) is what ``auto`` serves.
-HTTP_CHOICES = {
-    **{version: version for version in HTTP_VERSIONS},
-    "h11": "1",
-    "httptools": "1",
-    "zttp": "auto",
-}
+#: uvicorn's ``--http`` implementations and the version each is taken for: h11 and httptools
+#: speak HTTP/1.1 only; zttp HTTP/1.1 and HTTP/2, as ``auto`` does.
+UVICORN_HTTP = {"h11": "1", "httptools": "1", "zttp": "auto"}
+
+
+def aliases_of(values: tuple[str, ...], aliases: dict[str, str]) -> dict[str, str]:
+    """Each of ``values`` as itself, then ``aliases``; raises ``ValueError`` for an alias of a
+    value not in ``values``, so that no choice is listed that the server core refuses."""
+    strays = {name: value for name, value in aliases.items() if value not in values}
+    if strays:
+        raise ValueError(f"aliases of values not in {values}: {strays}")
+    return {**{value: value for value in values}, **aliases}
+
+
+#: ``--http``'s choices: the versions the server core takes, then uvicorn's names for them.
+HTTP_CHOICES = aliases_of(HTTP_VERSIONS, UVICORN_HTTP)
 #: uvicorn's ``--ws`` implementations all mean WebSockets on: ``auto`` here.
 WS_CHOICES = {
     "auto": "auto",

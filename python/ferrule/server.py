@@ -248,7 +248,6 @@ class Server:
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         """Loads the app, runs lifespan startup, binds (or takes ``sockets``) and serves."""
-        global _serving_bridge
         config = self.config
         if sockets is not None and len(sockets) != 1:
             raise ValueError("ferrule serves one socket: give a list of one")
@@ -261,16 +260,7 @@ class Server:
             raise SystemExit(STARTUP_FAILURE)
         app, tls_files, sock = starting
         self._socket_file = None if sockets else bound_socket_file(config)
-        try:
-            metrics = self._count_metrics()
-        except MetricsListenError as exc:
-            logger.error("%s", exc)
-            sock.close()
-            raise SystemExit(STARTUP_FAILURE) from None
-        # The GIL-wait metric is the trace's histograms.
-        trace = config.trace_requests or metrics is not None
-        bridge = self._bridge = Bridge(loop, budget=config.budget, trace=trace)
-        _serving_bridge = bridge
+        metrics = self._start_bridge(loop, sock)
         self.lifespan = Lifespan(app, config.lifespan)
         try:
             await self.lifespan.startup()
@@ -281,16 +271,51 @@ class Server:
         if self.should_exit:  # Ctrl-C during startup: stop without serving, as uvicorn
             sock.close()
             return
+        await self._start_core(app, tls_files, metrics, sock)
+        self.servers = [Listening(sock)]
+        if not config.worker:  # a worker's parent said where, once for all (as uvicorn)
+            logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, config))
+        if config.heartbeat_fd is not None:
+            self._heartbeat = Heartbeat(
+                loop, config.heartbeat_fd, config.timeout_worker_healthcheck
+            )
+        self.started = True
+
+    def _start_bridge(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket
+    ) -> tuple[Any, int] | None:
+        """The bridge on ``loop``; returns what ``_count_metrics`` does. A metrics endpoint
+        that cannot listen is a startup failure (``sock`` closed)."""
+        global _serving_bridge
+        try:
+            metrics = self._count_metrics()
+        except MetricsListenError as exc:
+            logger.error("%s", exc)
+            sock.close()
+            raise SystemExit(STARTUP_FAILURE) from None
+        # The GIL-wait metric is the trace's histograms.
+        trace = self.config.trace_requests or metrics is not None
+        self._bridge = Bridge(loop, budget=self.config.budget, trace=trace)
+        _serving_bridge = self._bridge
+        return metrics
+
+    async def _start_core(
+        self, app: Any, tls_files: Any, metrics: tuple[Any, int] | None, sock: socket.socket
+    ) -> None:
+        """The server core serving a duplicate of ``sock`` (and with ``--http3``, HTTP/3 beside
+        it): ``_stopped`` is done once it stops. On a failure, the reason is logged, ``sock``
+        closed and lifespan shut down before ``SystemExit(3)``."""
+        assert self._bridge is not None and self.lifespan is not None
+        config = self.config
         try:
             http = self._http = _http_server(
-                bridge, app, config, self.lifespan.state, tls_files, metrics
+                self._bridge, app, config, self.lifespan.state, tls_files, metrics
             )
         except ValueError as exc:  # TLS material rustls refuses, an invalid --header
             logger.error("%s", exc)
             sock.close()
             await self.lifespan.shutdown()
             raise SystemExit(STARTUP_FAILURE) from None
-        where = describe(sock, config)
         quic = None
         if config.http3 and tls_files is not None and sock.family != socket.AF_UNIX:
             try:
@@ -315,14 +340,6 @@ class Server:
             host, port = sock.getsockname()[:2]
             logger.info("ferrule serving HTTP/3 on udp %s:%d [%d]", host, port, os.getpid())
         self._stopped = asyncio.ensure_future(_until(stopped))
-        self.servers = [Listening(sock)]
-        if not config.worker:  # a worker's parent said where, once for all (as uvicorn)
-            logger.info("ferrule running on %s (Press CTRL+C to quit)", where)
-        if config.heartbeat_fd is not None:
-            self._heartbeat = Heartbeat(
-                loop, config.heartbeat_fd, config.timeout_worker_healthcheck
-            )
-        self.started = True
 
     def _count_metrics(self) -> tuple[Any, int] | None:
         """With ``--metrics``, the region and slot this server counts into: its supervisor's,

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ferrule import checks
+from ferrule._logging import LOG_LEVELS
 from ferrule.checks import (
     DEFAULT_HEAD_SIZE,
     HTTP_CHOICES,
     INTERFACE_CHOICES,
     LIFESPANS,
-    LOG_LEVELS,
     LOOPS,
     SSL_CIPHERS,
     SSL_VERSIONS,
@@ -577,7 +577,7 @@ SETTINGS: tuple[Setting, ...] = (
         "HTTP versions: auto (HTTP/1.1, HTTP/2 by prior knowledge, and by ALPN over TLS), 1 or "
         "2; uvicorn's h11 and httptools mean 1, its zttp auto.",
         choices=tuple(HTTP_CHOICES),
-        check=checks.protocol(HTTP_CHOICES, h1_names=("h11", "httptools")),
+        check=checks.protocol(HTTP_CHOICES, class_names=tuple(checks.UVICORN_HTTP)),
     ),
     Setting(
         "http2",

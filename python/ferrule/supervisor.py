@@ -476,21 +476,23 @@ class Reloader:
         logger.info("Started reloader process [%d] using %s", os.getpid(), self.name)
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_signal)
+        worker = self._reload_until_stopped(sock)
+        if worker is not None:
+            stop_workers(self.config, [worker])
+        sock.close()
+        remove_socket_file(self.config, socket_file)
+        logger.info("Stopping reloader process [%d]", os.getpid())
+        return 0
+
+    def _reload_until_stopped(self, sock: socket.socket) -> subprocess.Popen[bytes] | None:
+        """Runs a worker, replaced on each change of the watched files, until a stop signal;
+        returns the worker still running then, if any."""
         seen = self.files.snapshot()
         worker: subprocess.Popen[bytes] | None = spawn_worker(self.config, sock)
         # Event.wait, not sleep: a signal wakes it at once.
         while not self.should_exit.wait(self.config.reload_delay):
             if worker is not None and worker.poll() is not None:
-                if worker.returncode == 0:  # it stopped itself: --limit-max-requests
-                    logger.info("Worker [%d] finished; starting a new one", worker.pid)
-                    worker = spawn_worker(self.config, sock)
-                else:
-                    logger.warning(
-                        "Worker [%d] died (%s); waiting for file changes to start it again",
-                        worker.pid,
-                        worker.returncode,
-                    )
-                    worker = None
+                worker = self._after_exit(worker, sock)
             now = self.files.snapshot()
             changes = changed_files(seen, now)
             seen = now
@@ -502,17 +504,26 @@ class Reloader:
             if worker is not None:
                 stop_workers(self.config, [worker])
             if self.should_exit.is_set():
-                worker = None
-                break
+                return None
             # Changes made while the old worker stopped are in the new one: not seen again.
             seen = self.files.snapshot()
             worker = spawn_worker(self.config, sock)
-        if worker is not None:
-            stop_workers(self.config, [worker])
-        sock.close()
-        remove_socket_file(self.config, socket_file)
-        logger.info("Stopping reloader process [%d]", os.getpid())
-        return 0
+        return worker
+
+    def _after_exit(
+        self, worker: subprocess.Popen[bytes], sock: socket.socket
+    ) -> subprocess.Popen[bytes] | None:
+        """The worker in place of ``worker``, which exited: a new one if it stopped itself
+        (``--limit-max-requests``), else none until the next change of the files."""
+        if worker.returncode == 0:
+            logger.info("Worker [%d] finished; starting a new one", worker.pid)
+            return spawn_worker(self.config, sock)
+        logger.warning(
+            "Worker [%d] died (%s); waiting for file changes to start it again",
+            worker.pid,
+            worker.returncode,
+        )
+        return None
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.should_exit.set()

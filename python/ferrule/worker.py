@@ -1,6 +1,9 @@
 """A worker process of ``--workers`` or ``--reload``: ``python -m ferrule.worker``, started by
 ``ferrule.supervisor`` with the parent's settings as data in its environment (the resolved
-``Config``, never a rebuilt command line), serving the listening socket it inherits."""
+``Config``, never a rebuilt command line), serving the listening socket it inherits.
+
+Nothing in the package imports this module: run by ``-m`` after being imported, it would be
+loaded twice (Python warns so). What the supervisor shares with it is in ``ferrule.handshake``."""
 
 from __future__ import annotations
 
