@@ -356,7 +356,6 @@ fi
 # ---------------------------------------------------------------------------------------------
 declare -A RESULT SUMMARY
 FAILED=0
-TO_TEST=()
 for v in "${PYTHONS[@]}"; do
     venv="/build/venv-$v"
     build_log="$LOG_DIR/build-py$v.log"
@@ -423,33 +422,14 @@ for v in "${PYTHONS[@]}"; do
         continue
     fi
 
-    TO_TEST+=("$v")
-done
-
-# The suites run at once, two test processes each (four in all, as one suite alone runs): the
-# tests mostly wait on the servers they start, so the two take little longer than one.
-workers=$((${#TO_TEST[@]} > 1 ? 2 : 4))
-run_suite() { # run_suite X.Y: the suite under python X.Y, its output in its log
-    timeout --kill-after=30 "$TEST_TIMEOUT" chroot "$CHROOT" /usr/bin/env -i "${CHROOT_ENV[@]}" \
-        /bin/bash -c "cd $C_SRC && exec /build/venv-$1/bin/python -m pytest tests -q \
-            -p no:cacheprovider -n $workers --junitxml=/build/junit-py$1.xml" \
-        >"$LOG_DIR/tests-py$1.log" 2>&1
-}
-declare -A PIDS
-start=$SECONDS
-for v in "${TO_TEST[@]}"; do
-    note "py$v: pytest, $workers processes (log: $LOG_DIR/tests-py$v.log)"
-    run_suite "$v" &
-    PIDS[$v]=$!
-done
-for v in "${TO_TEST[@]}"; do
-    test_log="$LOG_DIR/tests-py$v.log"
+    note "py$v: pytest (log: $test_log)"
+    start=$SECONDS
     status=0
-    wait "${PIDS[$v]}" || status=$?
+    timeout --kill-after=30 "$TEST_TIMEOUT" chroot "$CHROOT" /usr/bin/env -i "${CHROOT_ENV[@]}" \
+        /bin/bash -c "cd $C_SRC && exec $venv/bin/python -m pytest tests -q -p no:cacheprovider \
+            --junitxml=/build/junit-py$v.xml" 2>&1 | tee "$test_log" || status=$?
     elapsed=$((SECONDS - start))
     cp "$CHROOT/build/junit-py$v.xml" "$LOG_DIR/junit-py$v.xml" 2>/dev/null || true
-    echo "---- py$v: the end of $test_log"
-    tail -n 15 "$test_log"
 
     summary="$(grep -E '(passed|failed|error|skipped|no tests ran).* in [0-9.]+s' "$test_log" | tail -n 1 |
         sed -E 's/^=+ //; s/ =+$//')"
