@@ -156,9 +156,16 @@ async def main():
     await server.main_loop()
     await server.shutdown()
     print("stopped:", server.started, server.limit_max_requests)
-    # A stopped thread may take a moment more to leave /proc (seen once on 3.13).
+    # A stopped thread may take a moment more to leave /proc (seen once on 3.13), and may leave
+    # between the listing and the read.
+    def comm(path):
+        try:
+            with open(path) as f:
+                return f.read().strip()
+        except FileNotFoundError:
+            return ""
     for _ in range(100):
-        comms = [open(t).read().strip() for t in glob.glob("/proc/self/task/*/comm")]
+        comms = [comm(t) for t in glob.glob("/proc/self/task/*/comm")]
         left = comms.count("ferrule-tokio")
         if not left:
             break
