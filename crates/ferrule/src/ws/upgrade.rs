@@ -119,9 +119,8 @@ pub async fn upgrade(
     let on_upgrade = hyper::upgrade::on(&mut request);
     let (parts, _body) = request.into_parts();
     let forwarded = conn.forwarded(&parts.headers, &server.settings);
-    let access = server
-        .access_log()
-        .map(|log| AccessEntry::new(&parts, conn, &forwarded, log.format));
+    let access_log = server.access_log();
+    let access = access_log.map(|log| AccessEntry::new(&parts, conn, &forwarded, log.format));
     // RFC 8441 keeps Sec-WebSocket-Extensions: HTTP/2 negotiates as HTTP/1.1 does.
     let deflate = match server.settings.ws_per_message_deflate {
         true => negotiate(
@@ -154,13 +153,13 @@ pub async fn upgrade(
         }
     };
     let accepted = exchange.accepted();
-    let response_headers = match server.access_log().and_then(|log| log.format) {
+    let response_headers = match access_log.and_then(|log| log.format) {
         Some(format) => AccessFormat::pick(&format.response_headers, response.headers()),
         None => Vec::new(),
     };
     // 101, or 200 for a session on an HTTP/2 stream (RFC 8441).
     let status = response.status().as_u16();
-    if let (Some(access), Some(log)) = (&access, server.access_log()) {
+    if let (Some(access), Some(log)) = (&access, access_log) {
         let body_bytes = response.body().len() as u64;
         let outcome = Outcome {
             status,
