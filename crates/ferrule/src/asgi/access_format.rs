@@ -251,7 +251,7 @@ fn render_atom(line: &mut String, atom: Atom, fields: &AccessFields<'_>) {
         Atom::Logname => write!(line, "-"),
         Atom::User => write!(line, "{}", fields.user.unwrap_or("-")),
         Atom::Time => {
-            let local = chrono::DateTime::<chrono::Local>::from(fields.received_at);
+            let local = local_time(fields.received_at);
             write!(line, "{}", local.format_with_items(CLF_TIME.iter()))
         }
         Atom::RequestLine => write!(
@@ -319,6 +319,14 @@ pub fn check_access_log_format(format: &str) -> PyResult<()> {
         .map_err(PyValueError::new_err)
 }
 
+/// `at` in the local zone, as `%(t)s` shows it (UTC where the zone cannot be read).
+fn local_time(at: SystemTime) -> chrono::DateTime<chrono::FixedOffset> {
+    let offset = crate::bridge::local_utc_offset(at)
+        .and_then(chrono::FixedOffset::east_opt)
+        .unwrap_or(chrono::FixedOffset::east_opt(0).expect("zero is a valid offset"));
+    chrono::DateTime::<chrono::Utc>::from(at).with_timezone(&offset)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,9 +374,20 @@ mod tests {
         let format = AccessFormat::parse("%(t)s").unwrap();
         let mut at = fields(&[], &[]);
         at.received_at = SystemTime::UNIX_EPOCH + Duration::from_secs(971_185_336);
-        let local = chrono::DateTime::<chrono::Local>::from(at.received_at);
-        let expected = local.format("[%d/%b/%Y:%H:%M:%S %z]").to_string();
-        assert_eq!(format.render(&at), expected);
+        let offset = crate::bridge::local_utc_offset(at.received_at).unwrap();
+        let written = format.render(&at);
+        // 971185336 is 13:42:16 UTC on 10 October 2000; the line shows it in the local zone.
+        let utc = chrono::NaiveDate::from_ymd_opt(2000, 10, 10)
+            .unwrap()
+            .and_hms_opt(13, 42, 16)
+            .unwrap();
+        let zone = chrono::FixedOffset::east_opt(offset).unwrap();
+        let expected = (utc + chrono::Duration::seconds(offset.into()))
+            .format("[%d/%b/%Y:%H:%M:%S ")
+            .to_string()
+            + &zone.to_string().replace(':', "")
+            + "]";
+        assert_eq!(written, expected);
         assert_eq!(expected.len(), "[10/Oct/2000:13:55:36 -0700]".len());
     }
 

@@ -98,10 +98,11 @@ impl Bridge {
         let batch = mode == Mode::LoopOnly
             && std::env::var("FERRULE_IO_SCHED").map_or(true, |policy| policy != "normal");
         let counters = Arc::new(Counters::default());
-        let waker =
-            Arc::new(LoopWaker::new(counters.clone()).map_err(|err| {
-                PyRuntimeError::new_err(format!("cannot create an eventfd: {err}"))
-            })?);
+        let waker = Arc::new(LoopWaker::new(counters.clone()).map_err(|err| {
+            PyRuntimeError::new_err(format!(
+                "cannot create the loop thread's wake descriptor: {err}"
+            ))
+        })?);
         let adopted = waker.clone();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(worker_threads)

@@ -9,7 +9,7 @@ use super::counters::bump;
 use super::driver::{drive, Place};
 use super::shared::Shared;
 
-/// The eventfd's reader callback on the loop thread: drives every queued coroutine.
+/// The wake descriptor's reader callback on the loop thread: drives every queued coroutine.
 #[pyclass(frozen, module = "ferrule._ferrule")]
 pub struct DrainOnLoop {
     pub(crate) shared: Arc<Shared>,

@@ -1,6 +1,6 @@
 //! The one module with `unsafe`: the few CPython calls PyO3's safe API does not offer
 //! (`PyIter_Send`, entering and leaving a `contextvars.Context`, thread states) and the
-//! syscalls (eventfd, scheduling policy, adopting a descriptor, mapping the metrics region).
+//! syscalls (the loop's wake descriptor, scheduling policy, adopting a descriptor, mapping the metrics region).
 //! Every block says why it is sound; everything else in the crate is safe Rust.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -93,19 +93,67 @@ pub fn exit_context(ctx: &Bound<'_, PyAny>) -> PyResult<()> {
     Ok(())
 }
 
-/// A non-blocking eventfd: a counter the kernel makes readable once anything is written to it.
-pub fn new_eventfd() -> std::io::Result<OwnedFd> {
-    // SAFETY: eventfd takes no pointers; a negative return is an error reported through errno.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+/// The descriptor that wakes the loop thread: readable once signalled, until cleared. On Linux
+/// an eventfd (one descriptor, a counter); elsewhere (macOS, the BSDs) a non-blocking pipe whose
+/// read end the loop watches, which kqueue and uvloop watch the same way.
+pub struct WakeFd {
+    read: OwnedFd,
+    /// The pipe's write end; an eventfd is written where it is read.
+    #[cfg(not(target_os = "linux"))]
+    write: OwnedFd,
 }
 
-/// Adds one to the eventfd's counter, making it readable. Needs no GIL.
-pub fn eventfd_signal(fd: &OwnedFd) {
+impl WakeFd {
+    #[cfg(target_os = "linux")]
+    pub fn new() -> std::io::Result<Self> {
+        // SAFETY: eventfd takes no pointers; a negative return is an error reported through errno.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
+        Ok(Self {
+            read: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn new() -> std::io::Result<Self> {
+        let (read, write) = nonblocking_pipe()?;
+        Ok(Self { read, write })
+    }
+
+    /// The descriptor the loop watches for reading.
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.read.as_raw_fd()
+    }
+
+    /// Makes the descriptor readable. Needs no GIL.
+    #[cfg(target_os = "linux")]
+    pub fn signal(&self) {
+        signal_eventfd(&self.read);
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn signal(&self) {
+        signal_pipe(&self.write);
+    }
+
+    /// Makes the descriptor unreadable until the next `signal`.
+    #[cfg(target_os = "linux")]
+    pub fn clear(&self) {
+        clear_eventfd(&self.read);
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    pub fn clear(&self) {
+        clear_pipe(&self.read);
+    }
+}
+
+/// Adds one to an eventfd's counter, making it readable.
+#[cfg(target_os = "linux")]
+fn signal_eventfd(fd: &OwnedFd) {
     let one: u64 = 1;
     // SAFETY: writes exactly the 8 bytes of `one`, which lives for the call, to a descriptor we own.
     // The only failure for an eventfd is EAGAIN when the counter would overflow, and then it is
@@ -113,12 +161,65 @@ pub fn eventfd_signal(fd: &OwnedFd) {
     unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
 }
 
-/// Resets the eventfd's counter to zero so it stops being readable.
-pub fn eventfd_clear(fd: &OwnedFd) {
+/// Resets an eventfd's counter to zero so it stops being readable.
+#[cfg(target_os = "linux")]
+fn clear_eventfd(fd: &OwnedFd) {
     let mut value: u64 = 0;
     // SAFETY: reads at most 8 bytes into `value`, which is 8 bytes and lives for the call. On a
     // non-blocking eventfd whose counter is already zero this fails with EAGAIN, which is fine.
     unsafe { libc::read(fd.as_raw_fd(), (&mut value as *mut u64).cast(), 8) };
+}
+
+// The pipe counterpart is compiled for the tests on Linux too, so that it is exercised here.
+
+/// A pipe whose two ends are non-blocking and close on exec: (read end, write end).
+#[cfg(any(not(target_os = "linux"), test))]
+fn nonblocking_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` is a live array of the two ints pipe() fills; a negative return is an error
+    // reported through errno, and then nothing was opened.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created by pipe() and nothing else owns them.
+    let ends = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    for fd in [ends.0.as_raw_fd(), ends.1.as_raw_fd()] {
+        // SAFETY: fcntl on a descriptor we own, with integer arguments only. (No pipe2 on macOS,
+        // hence the flags afterwards; nothing can fork in between while the GIL is held.)
+        let ok = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0
+                && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) >= 0
+                && libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) >= 0
+        };
+        if !ok {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(ends)
+}
+
+/// Writes one byte to the pipe, making its read end readable.
+#[cfg(any(not(target_os = "linux"), test))]
+fn signal_pipe(write: &OwnedFd) {
+    let byte = 1u8;
+    // SAFETY: writes the one byte of `byte`, which lives for the call, to a descriptor we own.
+    // EAGAIN (the pipe is full) leaves it readable already, which is all a signal needs.
+    unsafe { libc::write(write.as_raw_fd(), (&byte as *const u8).cast(), 1) };
+}
+
+/// Reads the pipe empty, so its read end stops being readable.
+#[cfg(any(not(target_os = "linux"), test))]
+fn clear_pipe(read: &OwnedFd) {
+    let mut buf = [0u8; 64];
+    loop {
+        // SAFETY: reads at most `buf.len()` bytes into `buf`, which lives for the call. A
+        // non-blocking pipe that is empty fails with EAGAIN, which ends the loop.
+        let n = unsafe { libc::read(read.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < buf.len() as isize {
+            return;
+        }
+    }
 }
 
 thread_local! {
@@ -148,6 +249,7 @@ pub fn keep_thread_state() {
 /// runs when that thread blocks or its time slice ends. When the tokio and loop threads share
 /// a core, a tokio thread doing I/O for the loop thread otherwise preempts it at each response
 /// it is handed, two context switches per request mid-batch; on a free core it runs at once.
+#[cfg(target_os = "linux")]
 pub fn schedule_this_thread_as_batch() -> std::io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: pid 0 names the calling thread only; `param` is an initialised struct that lives
@@ -157,6 +259,15 @@ pub fn schedule_this_thread_as_batch() -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Only Linux has a batch policy; elsewhere the threads keep the default one.
+#[cfg(not(target_os = "linux"))]
+pub fn schedule_this_thread_as_batch() -> std::io::Result<()> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
+/// Whether `schedule_this_thread_as_batch` can do anything on this system.
+pub const HAS_BATCH_POLICY: bool = cfg!(target_os = "linux");
 
 /// Undoes `keep_thread_state` as the thread stops (tokio's `on_thread_stop`), so the thread
 /// state is deleted by its own thread rather than left for interpreter finalisation.
@@ -188,6 +299,23 @@ fn py_is_finalizing() -> bool {
     unsafe { Py_IsFinalizing() != 0 }
 }
 
+/// The local zone's offset from UTC at `at`, in seconds east, as the C library reads `TZ` and
+/// `/etc/localtime` (what Python's `time.strftime("%z")` gives); None if it cannot say.
+pub fn local_utc_offset(at: std::time::SystemTime) -> Option<i32> {
+    let secs = match at.duration_since(std::time::UNIX_EPOCH) {
+        Ok(since) => libc::time_t::try_from(since.as_secs()).ok()?,
+        Err(before) => -libc::time_t::try_from(before.duration().as_secs()).ok()?,
+    };
+    // SAFETY: `libc::tm` is plain old data, for which all zero bytes are a valid value.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to live locals for the call; localtime_r (unlike localtime)
+    // writes only to `tm`, so concurrent calls on other threads are sound.
+    if unsafe { libc::localtime_r(&secs, &mut tm) }.is_null() {
+        return None;
+    }
+    i32::try_from(tm.tm_gmtoff).ok()
+}
+
 /// Takes ownership of a socket descriptor Python handed over (`socket.detach()`).
 pub fn take_fd<T: FromRawFd>(fd: std::os::fd::RawFd) -> std::io::Result<T> {
     // A cheap validity check first: F_GETFD fails with EBADF for a descriptor that is not open.
@@ -207,11 +335,12 @@ pub struct SharedWords {
 }
 
 impl SharedWords {
-    /// Maps all of `file` (a memfd, whose length is a multiple of 8) shared, read-write.
+    /// Maps all of `file` (a memfd, or an unlinked file where there is none; its length a
+    /// multiple of 8) shared, read-write.
     pub fn map(file: &std::fs::File) -> std::io::Result<Self> {
         // SAFETY: the mapping is only ever read and written through `AtomicU64`s (`words`), so
         // other processes writing the same pages at the same time is no data race; the file is
-        // a memfd no process truncates, so the pages stay backed for the mapping's life.
+        // a file no process truncates, so the pages stay backed for the mapping's life.
         let map = unsafe { memmap2::MmapOptions::new().map_mut(file)? };
         Ok(Self { map })
     }
@@ -242,4 +371,39 @@ pub fn is_readable(fd: i32) -> bool {
     // SAFETY: `pollfd` is a valid, live array of one element for the call; a zero timeout never
     // blocks; an invalid `fd` is reported in `revents`, not undefined behaviour.
     unsafe { libc::poll(&mut pollfd, 1, 0) == 1 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pipe that wakes the loop where there is no eventfd: readable once signalled, however
+    /// often, and unreadable once cleared, even after more signals than the pipe holds. Seen
+    /// failing (readable after `clear`) with `clear_pipe` reading only once.
+    #[test]
+    fn the_pipe_counterpart_signals_and_clears() {
+        let (read, write) = nonblocking_pipe().unwrap();
+        assert!(!is_readable(read.as_raw_fd()));
+        signal_pipe(&write);
+        assert!(is_readable(read.as_raw_fd()));
+        clear_pipe(&read);
+        assert!(!is_readable(read.as_raw_fd()));
+        for _ in 0..200_000 {
+            signal_pipe(&write); // past the pipe's capacity: EAGAIN, still readable
+        }
+        assert!(is_readable(read.as_raw_fd()));
+        clear_pipe(&read);
+        assert!(!is_readable(read.as_raw_fd()));
+    }
+
+    #[test]
+    fn the_wake_descriptor_signals_and_clears() {
+        let wake = WakeFd::new().unwrap();
+        assert!(!is_readable(wake.raw_fd()));
+        wake.signal();
+        wake.signal();
+        assert!(is_readable(wake.raw_fd()));
+        wake.clear();
+        assert!(!is_readable(wake.raw_fd()));
+    }
 }

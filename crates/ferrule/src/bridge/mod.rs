@@ -9,7 +9,7 @@
 //! - `asyncio`: cached asyncio callables and the per-coroutine `DriverTask`;
 //! - `job`: one driven coroutine (context, task identity, what it waits on, its completion);
 //! - `queue`: `ReadyQueue` and the `tokio_driving` flag; `gate`: `LoopGate`, whether the loop
-//!   thread is in `select`; `waker`: the eventfd that wakes the loop thread without the GIL;
+//!   thread is in `select`; `waker`: the descriptor that wakes the loop thread without the GIL;
 //! - `shared`: `Shared`, the state of one bridge, and what needs only it (the jobs in flight,
 //!   handing a job to the loop thread, finishing one);
 //! - `native`: `NativeFuture`, the awaitable resolved from Rust; `resume`: `ResumeCallback`,
@@ -44,7 +44,7 @@ pub use self::asyncio::TaskPath;
 pub use self::class::Bridge;
 pub use self::context::RequestContext;
 pub use self::counters::Counters;
-pub use self::ffi::{take_fd, SharedWords};
+pub use self::ffi::{local_utc_offset, take_fd, SharedWords};
 pub use self::job::{Completion, Job, Resume};
 pub use self::native::NativeFuture;
 pub use self::native::ResumeVia;
@@ -60,5 +60,7 @@ pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         "COUNTERS",
         pyo3::types::PyTuple::new(module.py(), Counters::NAMES)?,
     )?;
+    // Whether the tokio threads can run under SCHED_BATCH (Linux only): Python logs its absence.
+    module.add("BATCH_POLICY", ffi::HAS_BATCH_POLICY)?;
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! Waking the loop thread without the GIL: an eventfd registered once with `loop.add_reader`.
+//! Waking the loop thread without the GIL: a descriptor (`ffi::WakeFd`: an eventfd on Linux, a
+//! pipe elsewhere) registered once with `loop.add_reader`.
 //!
 //! Any thread can write to it with no GIL, on asyncio and uvloop alike; `pending` coalesces
 //! wakes so a burst of handoffs costs one write. The reader callback, `DrainOnLoop` (`drain`),
@@ -11,7 +12,6 @@
 //! scenario); held, it takes the work of one pass over the ready connections in one go.
 
 use std::cell::RefCell;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ const HOLD_AT_MOST: Duration = Duration::from_micros(100);
 const HOLD_AT_MOST_WAKES: usize = 16;
 
 pub struct LoopWaker {
-    fd: OwnedFd,
+    fd: ffi::WakeFd,
     pending: AtomicBool,
     counters: Arc<Counters>,
 }
@@ -33,14 +33,14 @@ pub struct LoopWaker {
 impl LoopWaker {
     pub fn new(counters: Arc<Counters>) -> std::io::Result<Self> {
         Ok(Self {
-            fd: ffi::new_eventfd()?,
+            fd: ffi::WakeFd::new()?,
             pending: AtomicBool::new(false),
             counters,
         })
     }
 
     pub fn raw_fd(&self) -> i32 {
-        self.fd.as_raw_fd()
+        self.fd.raw_fd()
     }
 
     /// Makes the loop run `DrainOnLoop` soon. Returns false if a wake was already pending.
@@ -48,7 +48,7 @@ impl LoopWaker {
         if self.pending.swap(true, Ordering::AcqRel) {
             return false;
         }
-        ffi::eventfd_signal(&self.fd);
+        self.fd.signal();
         bump(&self.counters.wakes);
         true
     }
@@ -75,11 +75,11 @@ impl LoopWaker {
     }
 
     /// Called by the drain before it looks at the queue, so a push after this point wakes again.
-    /// The eventfd is emptied first and `pending` re-armed second: the other order lets a wake
-    /// land in between, write the eventfd and have that write consumed, leaving `pending` set
+    /// The descriptor is emptied first and `pending` re-armed second: the other order lets a wake
+    /// land in between, write the descriptor and have that write consumed, leaving `pending` set
     /// with nothing readable, so every later wake is coalesced away and the queue stalls.
     pub(super) fn clear(&self) {
-        ffi::eventfd_clear(&self.fd);
+        self.fd.clear();
         self.pending.store(false, Ordering::Release);
     }
 }
@@ -150,9 +150,9 @@ mod tests {
         ffi::is_readable(fd)
     }
 
-    /// A producer pushes and wakes while a consumer waits for the eventfd, clears and takes: no
+    /// A producer pushes and wakes while a consumer waits for the descriptor, clears and takes: no
     /// push may ever be left with nothing readable. Seen failing (the consumer timing out with
-    /// items queued) with `clear()` re-arming `pending` before emptying the eventfd.
+    /// items queued) with `clear()` re-arming `pending` before emptying the descriptor.
     #[test]
     fn no_wake_is_lost_when_wakes_race_the_drain() {
         use std::sync::atomic::AtomicUsize;
