@@ -411,7 +411,13 @@ def free_port() -> int:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` exists and is not a zombie."""
+    """Whether ``pid`` exists and is not a zombie (where there is no ``/proc``: exists)."""
+    if not os.path.isdir("/proc/self"):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except (FileNotFoundError, ProcessLookupError):

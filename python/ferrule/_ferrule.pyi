@@ -67,6 +67,8 @@ class Bridge:
         """Unhook the bridge from the loop and stop its tokio runtime. Idempotent."""
 
 COUNTERS: tuple[str, ...]
+#: Whether the I/O threads run under SCHED_BATCH (Linux only).
+BATCH_POLICY: bool
 #: uvicorn's TRACE log level number, below DEBUG.
 TRACE: int
 #: The smallest ``--max-head-size`` (hyper's read buffer is twice it, at least 8 KiB).

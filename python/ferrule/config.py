@@ -56,7 +56,7 @@ class Config:
     worker: bool
     #: A worker's end of the pipe its event loop writes heartbeats on (``Supervisor``'s).
     heartbeat_fd: int | None
-    #: A worker's metrics region (an inherited memfd) and its slot in it (``ferrule.metrics``).
+    #: A worker's metrics region (an inherited file) and its slot in it (``ferrule.metrics``).
     metrics_slot: tuple[int, int] | None
     #: The supervisor's metrics (``ferrule.metrics.Metrics``), which its workers count into.
     metrics_owner: Any

@@ -1,10 +1,11 @@
 """``--metrics``: the Prometheus endpoint, summed over every worker.
 
 The process that owns the metrics (the supervisor with ``--workers``, else the one server)
-makes a shared memory region (a memfd) with one slot per worker and serves ``GET /metrics`` on
-its own listener (``--metrics-address``, ``--metrics-port``). Each worker maps the inherited
-memfd and its server core adds to its own slot with atomic adds; a scrape sums the slots in the
-core, adds each worker's resident memory and open descriptors (from ``/proc``) and the
+makes a shared memory region (a memfd; on macOS an unlinked file) with one slot per worker and
+serves ``GET /metrics`` on its own listener (``--metrics-address``, ``--metrics-port``). Each
+worker maps the inherited file and its server core adds to its own slot with atomic adds; a
+scrape sums the slots in the core, adds each worker's resident memory and open descriptors
+(``ferrule.usage``) and the
 supervisor's restart counts, and encodes them (``prometheus-client``). Nothing is asked of the
 workers at scrape time, and a worker's counts outlive it (its slot is folded into the totals
 when it exits). ``docs/operations.md`` lists every metric."""
@@ -14,12 +15,14 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ferrule._ferrule import MetricsRegion
+from ferrule.usage import open_descriptors, resident_bytes
 
 logger = logging.getLogger("ferrule.error")
 
@@ -40,7 +43,7 @@ class Metrics:
     ``restarts`` returns the restart counts by reason (the supervisor's ``restarts``)."""
 
     def __init__(self, slots: int, restarts: Callable[[], Mapping[str, int]] = lambda: {}) -> None:
-        self.fd = os.memfd_create("ferrule-metrics", os.MFD_CLOEXEC)
+        self.fd = _anonymous_file()
         try:
             os.ftruncate(self.fd, MetricsRegion.size_for(slots))
             self.region = MetricsRegion(os.dup(self.fd))
@@ -138,15 +141,20 @@ class Metrics:
 
 
 def process_usage(pid: int) -> tuple[int, int] | None:
-    """A process's resident memory (bytes) and open descriptors, from ``/proc``; None if it
-    is gone."""
-    try:
-        with open(f"/proc/{pid}/statm") as statm:
-            resident_pages = int(statm.read().split()[1])
-        fds = len(os.listdir(f"/proc/{pid}/fd"))
-    except (OSError, ValueError, IndexError):
+    """A process's resident memory (bytes) and open descriptors; None if it is gone."""
+    resident, fds = resident_bytes(pid), open_descriptors(pid)
+    if resident is None or fds is None:
         return None
-    return resident_pages * os.sysconf("SC_PAGE_SIZE"), fds
+    return resident, fds
+
+
+def _anonymous_file() -> int:
+    """A descriptor of a file no path names, for the region: a memfd where there is one (Linux),
+    else a temporary file unlinked at once (macOS), which workers map the same way."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("ferrule-metrics", os.MFD_CLOEXEC)
+    with tempfile.TemporaryFile(prefix="ferrule-metrics-") as file:
+        return os.dup(file.fileno())
 
 
 def worker_region(fd: int) -> MetricsRegion:

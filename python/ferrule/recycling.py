@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import logging
-import os
 import random
 
 from ferrule.config import Config
+from ferrule.usage import resident_bytes
 
 logger = logging.getLogger("ferrule.error")
 
@@ -31,7 +31,6 @@ class Recycling:
         self.max_rss: int | None = config.workers_max_rss
         self.lifetime: int | None = config.workers_lifetime
         self.next_rss_reading = 0.0
-        self.page_size = os.sysconf("SC_PAGE_SIZE")
 
     def lifetime_end(self, started: float) -> float | None:
         """When a worker started at ``started`` is due: its lifetime with its jitter drawn."""
@@ -62,10 +61,5 @@ class Recycling:
         return f"--workers-lifetime ({now - started:.1f} s > {self.lifetime} s)"
 
     def rss(self, pid: int) -> int | None:
-        """The resident memory of process ``pid`` in bytes (``/proc/PID/statm``), or None when
-        it cannot be read (the process is gone, or no procfs)."""
-        try:
-            with open(f"/proc/{pid}/statm", "rb") as statm:
-                return int(statm.read().split()[1]) * self.page_size
-        except (OSError, IndexError, ValueError):
-            return None
+        """The resident memory of process ``pid`` in bytes, or None when it cannot be read."""
+        return resident_bytes(pid)

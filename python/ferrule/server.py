@@ -19,7 +19,7 @@ from typing import Any
 
 from ferrule import tls
 from ferrule._bridge import close_event_loop, new_event_loop
-from ferrule._ferrule import Bridge, H3Server, HttpServer
+from ferrule._ferrule import BATCH_POLICY, Bridge, H3Server, HttpServer
 from ferrule._logging import TRACE, configure_logging
 from ferrule.config import (
     STARTUP_FAILURE,
@@ -296,6 +296,10 @@ class Server:
         # The GIL-wait metric is the trace's histograms.
         trace = self.config.trace_requests or metrics is not None
         self._bridge = Bridge(loop, budget=self.config.budget, trace=trace)
+        if not BATCH_POLICY:
+            logger.debug(
+                "no SCHED_BATCH on %s: the I/O threads keep the default policy", sys.platform
+            )
         _serving_bridge = self._bridge
         return metrics
 
