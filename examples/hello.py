@@ -1,7 +1,11 @@
-"""The example app the README serves: a plain ASGI app with two routes."""
+"""The example app the README serves: a plain ASGI app with two HTTP routes and a WebSocket
+that echoes what it is sent."""
 
 
 async def app(scope, receive, send):
+    if scope["type"] == "websocket":
+        await echo(receive, send)
+        return
     if scope["type"] != "http":
         return
     if scope["path"] == "/stream":
@@ -24,3 +28,17 @@ async def app(scope, receive, send):
         }
     )
     await send({"type": "http.response.body", "body": b"Hello from ferrule\n"})
+
+
+async def echo(receive, send):
+    """Accepts the WebSocket and sends each message back until the client closes."""
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.connect":
+            await send({"type": "websocket.accept"})
+        elif message["type"] == "websocket.receive":
+            await send(
+                {"type": "websocket.send", **{k: v for k, v in message.items() if k != "type"}}
+            )
+        else:
+            return

@@ -12,6 +12,14 @@ from bridgeutil import Main, Outcome, run_bridge
 from loopkinds import LOOP_KINDS
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every bridge test is a smoke test: the bridge is what differs most between architectures
+    (atomics, the wake descriptor, thread states), so an emulated one runs all of it."""
+    for item in items:
+        if "bridge" in item.path.parent.parts[-1:]:
+            item.add_marker(pytest.mark.smoke)
+
+
 @pytest.fixture(params=LOOP_KINDS)
 def loop_kind(request: pytest.FixtureRequest) -> str:
     """The event loop implementation under test: ``asyncio`` and, when importable, ``uvloop``."""

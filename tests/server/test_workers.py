@@ -60,6 +60,7 @@ def test_each_worker_imports_the_app() -> None:
     assert server.pid not in pids
 
 
+@pytest.mark.smoke
 def test_killed_worker_is_replaced() -> None:
     """Rule: a worker that dies (kill -9) is replaced within a second or two and the port keeps
     serving. Broken: requests fail for good, or no new worker pid shows up within 3 s."""
@@ -424,6 +425,7 @@ def test_sigttin_and_sigttou_change_the_number_of_workers() -> None:
     assert "one process is the fewest there can be" in server.stderr, server.describe()
 
 
+@pytest.mark.smoke
 def test_workers_stop_when_their_parent_is_killed() -> None:
     """Rule: when the parent of ``--workers 2`` is killed (SIGKILL: no chance to stop them),
     its workers shut down instead of serving on, orphaned, holding the port. Broken: both
