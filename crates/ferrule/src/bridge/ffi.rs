@@ -251,7 +251,9 @@ pub fn keep_thread_state() {
 /// it is handed, two context switches per request mid-batch; on a free core it runs at once.
 #[cfg(target_os = "linux")]
 pub fn schedule_this_thread_as_batch() -> std::io::Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `sched_param` is plain old data (musl's has fields beyond the priority), for which
+    // all zero bytes are a valid value: priority 0, as SCHED_BATCH requires.
+    let param: libc::sched_param = unsafe { std::mem::zeroed() };
     // SAFETY: pid 0 names the calling thread only; `param` is an initialised struct that lives
     // across the call, and SCHED_BATCH needs priority 0 and no privilege.
     if unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) } != 0 {
@@ -303,9 +305,13 @@ fn py_is_finalizing() -> bool {
 /// `/etc/localtime` (what Python's `time.strftime("%z")` gives); None if it cannot say.
 pub fn local_utc_offset(at: std::time::SystemTime) -> Option<i32> {
     let secs = match at.duration_since(std::time::UNIX_EPOCH) {
-        Ok(since) => libc::time_t::try_from(since.as_secs()).ok()?,
-        Err(before) => -libc::time_t::try_from(before.duration().as_secs()).ok()?,
+        Ok(since) => i64::try_from(since.as_secs()).ok()?,
+        Err(before) => -i64::try_from(before.duration().as_secs()).ok()?,
     };
+    // `time_t`'s width is the C library's (musl's alias is deprecated while it changes): the
+    // conversion is inferred from localtime_r's parameter (a no-op where time_t is i64).
+    #[allow(clippy::useless_conversion)]
+    let secs = secs.try_into().ok()?;
     // SAFETY: `libc::tm` is plain old data, for which all zero bytes are a valid value.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     // SAFETY: both pointers are to live locals for the call; localtime_r (unlike localtime)
