@@ -16,7 +16,7 @@ install: ## Build a release wheel and install ferrule with its test dependencies
 	$(PYTHON) -m pip install '.[test]'
 
 .PHONY: wheels
-wheels: ## Build and check the release artefacts in dist/: manylinux wheels, sdist
+wheels: ## Build and check the release artefacts in dist/: every platform's wheels, the sdist
 	bash scripts/build-wheels.sh
 
 .PHONY: test
@@ -34,6 +34,10 @@ lint: ## cargo fmt --check, clippy -D warnings, ruff, the module graphs
 	ruff check .
 	ruff format --check .
 	$(PYTHON) scripts/module_graph.py
+
+.PHONY: lint-targets
+lint-targets: ## clippy -D warnings for macOS arm64 and x86_64 (cross-checked with zig's C compiler)
+	bash scripts/clippy-targets.sh
 
 .PHONY: format
 format: ## Format Rust and Python sources
