@@ -39,7 +39,7 @@ Options:
   --chroot DIR     chroot directory        (env FERRULE_SID_CHROOT, default /var/cache/ferrule-sid)
   --log-dir DIR    where the logs go       (env FERRULE_INTERP_LOGS, default /tmp/ferrule-interp-logs)
   --committed      test the committed tree (git archive HEAD) instead of the working tree
-  --wheels DIR     install the wheel for each interpreter from DIR (ferrule-*-cpXY-cpXY-*.whl, as
+  --wheels DIR     install the wheel for each interpreter from DIR (ferrule-*-cpXY-cpXY-manylinux*.whl, as
                    scripts/build-wheels.sh leaves them) instead of building one in the chroot
   --no-tests       stop after checking each interpreter's wheel (scripts/check_wheel.py)
   --verbose        also stream setup/build output (always in the logs)
@@ -304,7 +304,10 @@ for v in "${PYTHONS[@]}"; do
     if [[ -n $WHEEL_DIR ]]; then
         tag="cp${v/./}"
         found=()
-        for w in "$WHEEL_DIR"/ferrule-*-"$tag-$tag"-*.whl; do [[ -f $w ]] && found+=("$w"); done
+        # This machine's own manylinux wheel (DIR may hold other platforms' too).
+        for w in "$WHEEL_DIR"/ferrule-*-"$tag-$tag"-manylinux*_"$(uname -m)".whl; do
+            [[ -f $w ]] && found+=("$w")
+        done
         if ((${#found[@]} != 1)); then
             echo "test-interpreters: ${#found[@]} $tag wheels in $WHEEL_DIR, expected one" | tee -a "$build_log"
             RESULT[$v]="FAILED (no wheel)"
