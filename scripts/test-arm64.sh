@@ -73,6 +73,11 @@ case "$SUITE" in
     sid) PACKAGES="python3.13-venv,python3.14-venv,$PACKAGES" ;;
 esac
 
+# One run at a time per chroot (each lays /build anew).
+mkdir -p "$(dirname "$CHROOT")"
+exec 9>"$CHROOT.lock"
+flock -n 9 || { note "another run is using $CHROOT; waiting for it"; flock 9; }
+
 # shellcheck source=scripts/chroot.sh
 source "$REPO/scripts/chroot.sh"
 trap 'status=$?; unmount_chroot; exit $status' EXIT
