@@ -159,6 +159,8 @@ def test_app_raising_before_returning_a_coroutine_gives_500_and_traceback() -> N
         for _ in range(2):
             assert srv.get("/").status_code == 500
         srv.wait_for_output(r'"GET / HTTP/1.1" 500', timeout=5, stream="stdout")
+        # Another pipe: the traceback may be read after the access line.
+        srv.wait_for_output("raised while calling the app", timeout=5)
         log = srv.stderr
         assert "Exception in ASGI application" in log
         assert "ValueError: raised while calling the app" in log
