@@ -235,18 +235,20 @@ fi
 # library libc.musl-ARCH.so.1 (as auditwheel's repair renames it, which runs only on musl):
 # the extension is made to name that, and the wheel repacked (`wheel pack` rewrites RECORD).
 musl_soname() {
-    local wheel dir so arch
+    local wheel dir so arch patched
     shopt -s nullglob
     for wheel in "$OUT"/ferrule-*-musllinux_*.whl; do
+        [[ ${wheel##*/} =~ musllinux_[0-9]+_[0-9]+_(.+)\.whl$ ]] || die "no architecture in $wheel"
+        arch="${BASH_REMATCH[1]}"
         dir="$(mktemp -d)"
         python -m wheel unpack "$wheel" -d "$dir" >/dev/null
+        patched=0
         for so in "$dir"/*/ferrule/*.so; do
             readelf -d "$so" | grep -q 'NEEDED.*\[libc\.so\]' || continue
-            [[ ${wheel##*/} =~ musllinux_[0-9]+_[0-9]+_(.+)\.whl$ ]] || die "no architecture in $wheel"
-            arch="${BASH_REMATCH[1]}"
             patchelf --replace-needed libc.so "libc.musl-$arch.so.1" "$so"
-            python -m wheel pack "$dir"/ferrule-* -d "$OUT" >/dev/null
+            patched=1
         done
+        if ((patched)); then python -m wheel pack "$dir"/ferrule-* -d "$OUT" >/dev/null; fi
         rm -rf "$dir"
     done
     shopt -u nullglob

@@ -5,10 +5,10 @@ makes a shared memory region (a memfd; on macOS an unlinked file) with one slot 
 serves ``GET /metrics`` on its own listener (``--metrics-address``, ``--metrics-port``). Each
 worker maps the inherited file and its server core adds to its own slot with atomic adds; a
 scrape sums the slots in the core, adds each worker's resident memory and open descriptors
-(``ferrule.usage``) and the
-supervisor's restart counts, and encodes them (``prometheus-client``). Nothing is asked of the
-workers at scrape time, and a worker's counts outlive it (its slot is folded into the totals
-when it exits). ``docs/operations.md`` lists every metric."""
+(``ferrule.usage``) and the supervisor's restart counts, and encodes them
+(``prometheus-client``). Nothing is asked of the workers at scrape time, and a worker's counts
+outlive it (its slot is folded into the totals when it exits). ``docs/operations.md`` lists
+every metric."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ class Recycling:
     def over_rss(self, pid: int) -> str | None:
         """Why the process ``pid`` is past ``--workers-max-rss`` (logged), or None."""
         assert self.max_rss is not None
-        rss = self.rss(pid)
+        rss = resident_bytes(pid)
         if rss is None or rss <= self.max_rss * MIB:
             return None
         # Rounded up: a worker just past the limit does not read as at it.
@@ -59,7 +59,3 @@ class Recycling:
         if end is None or now < end:
             return None
         return f"--workers-lifetime ({now - started:.1f} s > {self.lifetime} s)"
-
-    def rss(self, pid: int) -> int | None:
-        """The resident memory of process ``pid`` in bytes, or None when it cannot be read."""
-        return resident_bytes(pid)

@@ -1,6 +1,7 @@
 //! The one module with `unsafe`: the few CPython calls PyO3's safe API does not offer
 //! (`PyIter_Send`, entering and leaving a `contextvars.Context`, thread states) and the
-//! syscalls (the loop's wake descriptor, scheduling policy, adopting a descriptor, mapping the metrics region).
+//! syscalls (the loop's wake descriptor, scheduling policy, the local zone's offset, adopting a
+//! descriptor, mapping the metrics region).
 //! Every block says why it is sound; everything else in the crate is safe Rust.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -129,24 +130,18 @@ impl WakeFd {
     }
 
     /// Makes the descriptor readable. Needs no GIL.
-    #[cfg(target_os = "linux")]
     pub fn signal(&self) {
+        #[cfg(target_os = "linux")]
         signal_eventfd(&self.read);
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    pub fn signal(&self) {
+        #[cfg(not(target_os = "linux"))]
         signal_pipe(&self.write);
     }
 
     /// Makes the descriptor unreadable until the next `signal`.
-    #[cfg(target_os = "linux")]
     pub fn clear(&self) {
+        #[cfg(target_os = "linux")]
         clear_eventfd(&self.read);
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    pub fn clear(&self) {
+        #[cfg(not(target_os = "linux"))]
         clear_pipe(&self.read);
     }
 }
