@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use super::listener::IoStream;
 use super::recording_io::RecordingIo;
+use super::woken_only::WokenOnly;
 use crate::http::Connection;
 
 /// How long an HTTP/1.1 connection stays quiet between requests before hyper's connection
@@ -69,7 +70,7 @@ impl FinishWhen {
                 }
             })
             .await;
-            conn.streams.idle_for(self.idle_timeout).await;
+            WokenOnly::new(conn.streams.idle_for(self.idle_timeout)).await;
         };
         let at_rest = async {
             let Some(requests_before) = rest_after else {
@@ -85,13 +86,16 @@ impl FinishWhen {
                 tokio::time::sleep(SET_ASIDE_AFTER).await;
             }
         };
+        // The side branches are polled only on their own wakes, not on hyper's (`WokenOnly`);
+        // `idle`'s first wait needs no wake of its own (above), so only its second is wrapped.
+        let stopping = WokenOnly::new(self.stopping.wait_for(|stop| *stop));
         let woken = tokio::select! {
             biased;
             output = connection.as_mut() => Woken::Ended(output),
             // An error is the server gone without draining: finish all the same.
-            _ = self.stopping.wait_for(|stop| *stop) => Woken::Stopped,
+            _ = stopping => Woken::Stopped,
             () = idle => Woken::Idle,
-            since = at_rest => Woken::AtRest(since),
+            since = WokenOnly::new(at_rest) => Woken::AtRest(since),
         };
         let stopped = match woken {
             Woken::Ended(output) => return Driven::Ended(output),

@@ -7,7 +7,9 @@
 //!   HTTP/1.1 connection is set aside;
 //! - `recording_io`: `RecordingIo`, the socket as hyper reads it, through the head recorder;
 //!   it also tells HTTP/1.1 from HTTP/2 by the client's first bytes, and gathers HTTP/2's writes;
-//! - `tls`: rustls, certificates and ALPN.
+//! - `tls`: rustls, certificates and ALPN;
+//! - `woken_only`: `WokenOnly`, a future polled only on its own wakes (a connection's side
+//!   branches: the stop, the timers).
 //!
 //! It hands each request to `http`'s request path.
 
@@ -17,6 +19,7 @@ mod recording_io;
 mod server;
 mod serving;
 mod tls;
+mod woken_only;
 
 use pyo3::prelude::*;
 

@@ -24,6 +24,7 @@ use crate::ws;
 use super::finish_when::{Driven, FinishWhen};
 use super::listener::{accept, IoStream, Listener};
 use super::recording_io::RecordingIo;
+use super::woken_only::WokenOnly;
 
 /// How every connection of one server is served: hyper's settings for each version, and TLS
 /// if it is on.
@@ -92,7 +93,7 @@ pub(super) async fn accept_loop(
         tokio::spawn(async move {
             tokio::select! {
                 _ = served => {}
-                _ = abort.wait_for(|aborted| *aborted) => {}
+                _ = WokenOnly::new(abort.wait_for(|aborted| *aborted)) => {}
             }
             drop(permit);
             drop(open);
@@ -305,7 +306,7 @@ async fn serve_connection(
     tokio::pin!(serving);
     tokio::select! {
         _ = &mut serving => return,
-        _ = tokio::time::sleep_until(first_request_due) => {
+        _ = WokenOnly::new(tokio::time::sleep_until(first_request_due)) => {
             if !heads.first_request_seen() {
                 return;
             }
