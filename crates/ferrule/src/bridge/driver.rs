@@ -232,10 +232,7 @@ fn classify(
         bump(&shared.counters.future_fast_path);
         return Ok(Step::Continue(Resume::Send(py.None())));
     }
-    let callback = Py::new(
-        py,
-        ResumeCallback::on_future(shared.clone(), job.clone().unbind()),
-    )?;
+    let callback = ResumeCallback::of_job(shared, job, None)?;
     yielded.call_method1(intern!(py, "add_done_callback"), (callback,))?;
     this.set_waiting(Waiting::Future(yielded.clone().unbind()));
     this.cancel_new_wait(py)?;
@@ -296,7 +293,7 @@ impl Shared {
         resume: Resume,
     ) -> PyResult<()> {
         job.get().mark_resumable(self.trace.mark());
-        let callback = Py::new(py, ResumeCallback::with_resume(self.clone(), job, resume))?;
+        let callback = ResumeCallback::of_job(self, job.bind(py), Some(resume))?;
         self.api.call_soon.bind(py).call1((callback,))?;
         Ok(())
     }

@@ -57,6 +57,9 @@ pub struct Job {
     /// Trace mark (see `trace`) of when the coroutine last became ready to go on; 0 for none.
     resumable_since: AtomicU64,
     state: Mutex<JobState>,
+    /// The job's `ResumeCallback`, made at its first wait and used for every one after it;
+    /// dropped when the job ends, which breaks the cycle through the callback's `job`.
+    pub(super) resumer: Mutex<Option<Py<PyAny>>>,
 }
 
 impl Job {
@@ -97,6 +100,7 @@ impl Job {
                 completion: Some(completion),
                 finished: false,
             }),
+            resumer: Mutex::new(None),
         })
     }
 
@@ -170,6 +174,7 @@ impl Job {
             state.waiting = Waiting::Nothing;
             state.completion.take()
         };
+        drop(self.resumer.lock().unwrap().take());
         Some((completion, self.task.lock().unwrap().take()))
     }
 }

@@ -19,20 +19,35 @@ pub struct ResumeCallback {
 }
 
 impl ResumeCallback {
-    pub(super) fn on_future(shared: Arc<Shared>, job: Py<Job>) -> Self {
-        Self {
-            shared,
-            job,
-            resume: Mutex::new(None),
+    /// `job`'s callback, made at its first wait and kept in the job until it ends: one object
+    /// for all its waits, not one made and freed for each. With `resume`, the callback carries
+    /// it for a `call_soon` (a job has at most one resume outstanding: it waits on one thing).
+    pub(super) fn of_job<'py>(
+        shared: &Arc<Shared>,
+        job: &Bound<'py, Job>,
+        resume: Option<Resume>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = job.py();
+        let mut slot = job.get().resumer.lock().unwrap();
+        if let Some(callback) = slot.as_ref() {
+            let callback = callback.bind(py).clone();
+            if resume.is_some() {
+                let this = callback.cast::<ResumeCallback>()?.get();
+                *this.resume.lock().unwrap() = resume;
+            }
+            return Ok(callback);
         }
-    }
-
-    pub(super) fn with_resume(shared: Arc<Shared>, job: Py<Job>, resume: Resume) -> Self {
-        Self {
-            shared,
-            job,
-            resume: Mutex::new(Some(resume)),
-        }
+        let callback = Bound::new(
+            py,
+            Self {
+                shared: shared.clone(),
+                job: job.clone().unbind(),
+                resume: Mutex::new(resume),
+            },
+        )?
+        .into_any();
+        *slot = Some(callback.clone().unbind());
+        Ok(callback)
     }
 }
 
