@@ -43,6 +43,12 @@ struct JobState {
     cancels: u32,
     completion: Option<Completion>,
     finished: bool,
+    /// The job's `ResumeCallback`, made at its first wait and used for every one after it;
+    /// dropped when the job ends, which breaks the cycle through the callback's `job`.
+    resumer: Option<Py<PyAny>>,
+    /// What the resumer puts in when `call_soon` calls it (a job waits on one thing at a time,
+    /// so at most one such resume is outstanding).
+    pending_resume: Option<Resume>,
 }
 
 #[pyclass(frozen, module = "ferrule._ferrule")]
@@ -57,9 +63,6 @@ pub struct Job {
     /// Trace mark (see `trace`) of when the coroutine last became ready to go on; 0 for none.
     resumable_since: AtomicU64,
     state: Mutex<JobState>,
-    /// The job's `ResumeCallback`, made at its first wait and used for every one after it;
-    /// dropped when the job ends, which breaks the cycle through the callback's `job`.
-    pub(super) resumer: Mutex<Option<Py<PyAny>>>,
 }
 
 impl Job {
@@ -99,8 +102,9 @@ impl Job {
                 cancels: 0,
                 completion: Some(completion),
                 finished: false,
+                resumer: None,
+                pending_resume: None,
             }),
-            resumer: Mutex::new(None),
         })
     }
 
@@ -124,6 +128,30 @@ impl Job {
         task.setattr(intern!(py, "_ferrule_job"), slf)?;
         *slot = Some(made);
         Ok(task)
+    }
+
+    /// The job's resumer (see `JobState::resumer`), made by `make` the first time; with
+    /// `resume`, what it is to put in when next called with no future.
+    pub(super) fn resumer<'py>(
+        &self,
+        py: Python<'py>,
+        resume: Option<Resume>,
+        make: impl FnOnce() -> PyResult<Py<PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let mut state = self.state.lock().unwrap();
+        if resume.is_some() {
+            state.pending_resume = resume;
+        }
+        let resumer = match &state.resumer {
+            Some(resumer) => resumer,
+            None => state.resumer.insert(make()?),
+        };
+        Ok(resumer.bind(py).clone())
+    }
+
+    /// The resume `resumer` was given for its `call_soon`, if it has not been taken.
+    pub(super) fn take_pending_resume(&self) -> Option<Resume> {
+        self.state.lock().unwrap().pending_resume.take()
     }
 
     pub fn set_waiting(&self, waiting: Waiting) {
@@ -165,16 +193,16 @@ impl Job {
     /// Marks the job finished; what its end hands on (its completion, and its task to put
     /// back), or None if it had finished already. `Shared::finish` does the rest.
     pub(crate) fn end(&self) -> Option<(Option<Completion>, Option<TaskSlot>)> {
-        let completion = {
+        let (completion, resumer) = {
             let mut state = self.state.lock().unwrap();
             if state.finished {
                 return None;
             }
             state.finished = true;
             state.waiting = Waiting::Nothing;
-            state.completion.take()
+            (state.completion.take(), state.resumer.take())
         };
-        drop(self.resumer.lock().unwrap().take());
+        drop(resumer);
         Some((completion, self.task.lock().unwrap().take()))
     }
 }

@@ -1,7 +1,7 @@
 //! `ResumeCallback`: how the loop thread resumes a job, from an asyncio future's done callback
 //! or a `call_soon`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use pyo3::prelude::*;
 
@@ -10,44 +10,31 @@ use super::job::{Job, Resume};
 use super::shared::Shared;
 
 /// A loop-thread callback that resumes a job: as an asyncio future's done callback (called with
-/// the future) or scheduled with `call_soon` (called with nothing, carrying its own input).
+/// the future) or scheduled with `call_soon` (called with nothing: the job holds the input).
+/// One per job, made at its first wait (`of_job`).
 #[pyclass(frozen, module = "ferrule._ferrule")]
 pub struct ResumeCallback {
     shared: Arc<Shared>,
     job: Py<Job>,
-    resume: Mutex<Option<Resume>>,
 }
 
 impl ResumeCallback {
-    /// `job`'s callback, made at its first wait and kept in the job until it ends: one object
-    /// for all its waits, not one made and freed for each. With `resume`, the callback carries
-    /// it for a `call_soon` (a job has at most one resume outstanding: it waits on one thing).
+    /// `job`'s callback, made the first time and kept in the job until it ends: one object
+    /// for all its waits, not one made and freed for each. With `resume`, what the callback
+    /// puts in when `call_soon` calls it.
     pub(super) fn of_job<'py>(
         shared: &Arc<Shared>,
         job: &Bound<'py, Job>,
         resume: Option<Resume>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = job.py();
-        let mut slot = job.get().resumer.lock().unwrap();
-        if let Some(callback) = slot.as_ref() {
-            let callback = callback.bind(py).clone();
-            if resume.is_some() {
-                let this = callback.cast::<ResumeCallback>()?.get();
-                *this.resume.lock().unwrap() = resume;
-            }
-            return Ok(callback);
-        }
-        let callback = Bound::new(
-            py,
-            Self {
+        job.get().resumer(py, resume, || {
+            let callback = Self {
                 shared: shared.clone(),
                 job: job.clone().unbind(),
-                resume: Mutex::new(resume),
-            },
-        )?
-        .into_any();
-        *slot = Some(callback.clone().unbind());
-        Ok(callback)
+            };
+            Ok(Py::new(py, callback)?.into_any())
+        })
     }
 }
 
@@ -65,7 +52,7 @@ impl ResumeCallback {
                 job.get().clear_waiting();
                 Resume::Send(py.None())
             }
-            None => match self.resume.lock().unwrap().take() {
+            None => match job.get().take_pending_resume() {
                 Some(resume) => resume,
                 None => return,
             },
