@@ -56,10 +56,11 @@ pub(crate) fn parse_headers_into(
     message: &Bound<'_, PyAny>,
     declared: &mut DeclaredLength,
 ) -> PyResult<HeaderMap> {
-    let mut headers = HeaderMap::new();
     let Some(items) = optional_field(message, intern!(py, "headers"))? else {
-        return Ok(headers);
+        return Ok(HeaderMap::new());
     };
+    // Room for the app's headers and the server's own (`server`): the map grows no more.
+    let mut headers = HeaderMap::with_capacity(items.len().unwrap_or(0) + 2);
     for item in items.try_iter()? {
         let item = item?;
         let [name, value] = header_pair(&item)?;

@@ -149,7 +149,17 @@ impl TrustedProxies {
         if !self.trusts(peer) {
             return found;
         }
-        if let Some(proto) = headers.get_all(&X_FORWARDED_PROTO).iter().next_back() {
+        // One pass over the lines, cheaper than two lookups (each hashes its name).
+        let mut last_proto = None;
+        let mut lines: Vec<String> = Vec::new();
+        for (name, value) in headers {
+            if name == X_FORWARDED_PROTO {
+                last_proto = Some(value);
+            } else if name == X_FORWARDED_FOR {
+                lines.push(latin1(value.as_bytes()));
+            }
+        }
+        if let Some(proto) = last_proto {
             found.scheme = match latin1(proto.as_bytes())
                 .trim()
                 .to_ascii_lowercase()
@@ -162,11 +172,6 @@ impl TrustedProxies {
                 _ => None,
             };
         }
-        let lines: Vec<String> = headers
-            .get_all(&X_FORWARDED_FOR)
-            .iter()
-            .map(|line| latin1(line.as_bytes()))
-            .collect();
         if lines.is_empty() {
             return found;
         }

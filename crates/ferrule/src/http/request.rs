@@ -375,14 +375,16 @@ fn refusal(
     websockets: bool,
     settings: &Settings,
 ) -> Option<StatusCode> {
-    if let Some(status) = unservable(request, websockets) {
+    // One pass over the lines for their size and the Host count: a lookup would hash.
+    let headers = request.headers();
+    let (mut head_bytes, mut hosts) = (0, 0);
+    for (name, value) in headers {
+        head_bytes += name.as_str().len() + value.len() + 4;
+        hosts += usize::from(name == http::header::HOST);
+    }
+    if let Some(status) = unservable(request, hosts, websockets) {
         return Some(status);
     }
-    let headers = request.headers();
-    let head_bytes: usize = headers
-        .iter()
-        .map(|(name, value)| name.as_str().len() + value.len() + 4)
-        .sum();
     if head_bytes > settings.max_head_size {
         return Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
     }
@@ -410,7 +412,11 @@ fn refusal(
 ///   uvicorn's default parser (httptools) serves it: RFC 9112 says refuse it, but clients that
 ///   omit it exist (a wrk script formatting requests before wrk knows the host) and work with
 ///   uvicorn.
-fn unservable(request: &Request<IncomingBody>, websockets: bool) -> Option<StatusCode> {
+fn unservable(
+    request: &Request<IncomingBody>,
+    hosts: usize,
+    websockets: bool,
+) -> Option<StatusCode> {
     if request.method() == http::Method::CONNECT && !(websockets && is_upgrade(request)) {
         return Some(StatusCode::NOT_IMPLEMENTED);
     }
@@ -419,16 +425,7 @@ fn unservable(request: &Request<IncomingBody>, websockets: bool) -> Option<Statu
     if !path.starts_with('/') && !asterisk {
         return Some(StatusCode::BAD_REQUEST);
     }
-    if request
-        .headers()
-        .get_all(http::header::HOST)
-        .iter()
-        .nth(1)
-        .is_some()
-    {
-        return Some(StatusCode::BAD_REQUEST);
-    }
-    None
+    (hosts > 1).then_some(StatusCode::BAD_REQUEST)
 }
 
 /// Body framing two parsers could read differently, the raw material of request smuggling:

@@ -33,12 +33,15 @@ pub(crate) fn is_upgrade<B>(request: &Request<B>) -> bool {
     let upgrade = headers
         .get(http::header::UPGRADE)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
-    let connection = headers.get_all(http::header::CONNECTION).iter().any(|v| {
+    // Most requests stop here, before the second lookup.
+    if !upgrade || request.version() != Version::HTTP_11 {
+        return false;
+    }
+    headers.get_all(http::header::CONNECTION).iter().any(|v| {
         v.as_bytes()
             .split(|&b| b == b',')
             .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
-    });
-    upgrade && connection && request.version() == Version::HTTP_11
+    })
 }
 
 /// Whether `request` is an HTTP/2 extended CONNECT for a WebSocket (RFC 8441, 4).
