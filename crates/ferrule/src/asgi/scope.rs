@@ -5,7 +5,7 @@ use http::Version;
 use percent_encoding::percent_decode;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
 use super::conn::ConnInfo;
 use super::proxy::Forwarded;
@@ -121,15 +121,11 @@ pub fn build_scope<'py>(
                 .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes())),
         ),
     }
-    let headers = PyList::new(
-        py,
-        lines
-            .into_iter()
-            .map(|(name, value)| {
-                PyTuple::new(py, [PyBytes::new(py, name), PyBytes::new(py, value)])
-            })
-            .collect::<PyResult<Vec<_>>>()?,
-    )?;
+    // Straight into a list of its final length: each pair becomes a tuple as it goes in.
+    let pairs = lines
+        .iter()
+        .map(|(name, value)| (PyBytes::new(py, name), PyBytes::new(py, value)));
+    let headers = PyList::new(py, pairs)?;
     scope.set_item(intern!(py, "headers"), headers)?;
     let (client, server_addr) = conn.python(py)?;
     match &forwarded.client {
