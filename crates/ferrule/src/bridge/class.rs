@@ -21,6 +21,7 @@ use super::native::{NativeFuture, ResumeVia};
 use super::queue::ReadyQueue;
 use super::selector::GatedSelector;
 use super::shared::{Mode, Shared};
+use super::soon::SoonBatch;
 use super::trace::{self, Trace};
 use super::waker::{self, LoopWaker};
 
@@ -132,6 +133,7 @@ impl Bridge {
             ready: ready.map(Bound::unbind),
             scheduled: scheduled.map(Bound::unbind),
             queue: ReadyQueue::default(),
+            soon: SoonBatch::default(),
             gate: LoopGate::default(),
             waker,
             counters,
