@@ -22,6 +22,20 @@ pub(crate) fn optional_field<'py>(
     }
 }
 
+/// `message[key]`, raising `KeyError` when it is missing, as indexing does; a plain dict is read
+/// directly, without dispatching `__getitem__`.
+pub(crate) fn required_field<'py>(
+    message: &Bound<'py, PyAny>,
+    key: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if let Ok(dict) = message.cast_exact::<PyDict>() {
+        return dict
+            .get_item(key)?
+            .ok_or_else(|| PyKeyError::new_err(key.clone().unbind()));
+    }
+    message.get_item(key)
+}
+
 /// `message[key]` read as a flag: false when the key is missing.
 pub(crate) fn optional_flag<'py>(
     message: &Bound<'py, PyAny>,

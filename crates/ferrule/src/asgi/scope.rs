@@ -92,7 +92,12 @@ pub fn build_scope<'py>(
     };
     scope.set_item(intern!(py, "scheme"), scheme)?;
     let raw_path = parts.uri.path().as_bytes();
-    let decoded = percent_decode(raw_path).decode_utf8_lossy();
+    // The path is a `str` already (the `http` crate checks it is UTF-8): without a `%` it is
+    // its own decoding, and the decoder's UTF-8 check can be skipped.
+    let decoded = match raw_path.contains(&b'%') {
+        false => std::borrow::Cow::Borrowed(parts.uri.path()),
+        true => percent_decode(raw_path).decode_utf8_lossy(),
+    };
     let root_path = template.root_path.bind(py);
     let path = if root_path.is_empty()? {
         PyString::new(py, &decoded)

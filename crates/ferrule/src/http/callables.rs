@@ -20,7 +20,8 @@ use tokio::sync::mpsc;
 
 use crate::asgi::disconnected::client_gone;
 use crate::asgi::messages::{
-    optional_field, optional_flag, parse_headers, parse_headers_into, DeclaredLength,
+    optional_field, optional_flag, parse_headers, parse_headers_into, required_field,
+    DeclaredLength,
 };
 use crate::bridge::{NativeFuture, ResumeVia};
 
@@ -184,7 +185,7 @@ pub struct HttpSend {
 #[pymethods]
 impl HttpSend {
     fn __call__(&self, py: Python<'_>, message: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        let kind = message.get_item(intern!(py, "type"))?;
+        let kind = required_field(&message, intern!(py, "type"))?;
         let kind = kind
             .cast::<pyo3::types::PyString>()
             .map_err(|_| PyTypeError::new_err("ASGI message 'type' must be a str"))?;
@@ -206,8 +207,7 @@ impl HttpSend {
     }
 
     fn start(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        let status: u16 = message
-            .get_item(intern!(py, "status"))?
+        let status: u16 = required_field(message, intern!(py, "status"))?
             .extract()
             .map_err(|_| PyTypeError::new_err("http.response.start 'status' must be an int"))?;
         let status = StatusCode::from_u16(status)

@@ -14,7 +14,7 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::asgi::disconnected::client_gone;
 use crate::asgi::levels::WARNING;
 use crate::asgi::logging::log_line;
-use crate::asgi::messages::{optional_field, optional_flag, parse_headers};
+use crate::asgi::messages::{optional_field, optional_flag, parse_headers, required_field};
 use crate::asgi::responses::plain_response;
 use crate::bridge::{NativeFuture, ResumeVia};
 
@@ -121,7 +121,7 @@ pub struct WsSend {
 #[pymethods]
 impl WsSend {
     fn __call__(&self, py: Python<'_>, message: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        let kind = message.get_item(intern!(py, "type"))?;
+        let kind = required_field(&message, intern!(py, "type"))?;
         let kind = kind
             .cast::<PyString>()
             .map_err(|_| PyTypeError::new_err("ASGI message 'type' must be a str"))?;
