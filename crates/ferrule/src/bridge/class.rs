@@ -21,7 +21,6 @@ use super::native::{NativeFuture, ResumeVia};
 use super::queue::ReadyQueue;
 use super::selector::GatedSelector;
 use super::shared::{Mode, Shared};
-use super::soon::SoonBatch;
 use super::trace::{self, Trace};
 use super::waker::{self, LoopWaker};
 
@@ -133,7 +132,6 @@ impl Bridge {
             ready: ready.map(Bound::unbind),
             scheduled: scheduled.map(Bound::unbind),
             queue: ReadyQueue::default(),
-            soon: SoonBatch::default(),
             gate: LoopGate::default(),
             waker,
             counters,

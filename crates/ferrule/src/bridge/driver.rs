@@ -20,7 +20,7 @@ use super::counters::bump;
 use super::ffi::{self, Sent};
 use super::job::{Completion, Job, Resume, Waiting};
 use super::native::NativeFuture;
-use super::resume::{ResumeCallback, RunSoon};
+use super::resume::ResumeCallback;
 use super::shared::Shared;
 
 /// Which thread is driving: decides how a coroutine that must wait for the loop is rescheduled.
@@ -232,7 +232,7 @@ fn classify(
         bump(&shared.counters.future_fast_path);
         return Ok(Step::Continue(Resume::Send(py.None())));
     }
-    let callback = ResumeCallback::of_job(shared, job)?;
+    let callback = ResumeCallback::of_job(shared, job, None)?;
     yielded.call_method1(intern!(py, "add_done_callback"), (callback,))?;
     this.set_waiting(Waiting::Future(yielded.clone().unbind()));
     this.cancel_new_wait(py)?;
@@ -293,26 +293,8 @@ impl Shared {
         resume: Resume,
     ) -> PyResult<()> {
         job.get().mark_resumable(self.trace.mark());
-        if !self.soon.push(job, resume) {
-            return Ok(()); // a run of the batch is pending already
-        }
-        let runner = match self.soon.runner.get() {
-            Some(runner) => runner,
-            None => {
-                let made = Py::new(
-                    py,
-                    RunSoon {
-                        shared: Arc::downgrade(self),
-                    },
-                )?;
-                self.soon.runner.get_or_init(|| made.into_any())
-            }
-        };
-        if let Err(err) = self.api.call_soon.bind(py).call1((runner,)) {
-            // Only this job is in the batch (it scheduled it): its caller finishes it.
-            drop(self.soon.take());
-            return Err(err);
-        }
+        let callback = ResumeCallback::of_job(self, job.bind(py), Some(resume))?;
+        self.api.call_soon.bind(py).call1((callback,))?;
         Ok(())
     }
 

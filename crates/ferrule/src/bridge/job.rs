@@ -43,10 +43,12 @@ struct JobState {
     cancels: u32,
     completion: Option<Completion>,
     finished: bool,
-    /// The job's `ResumeCallback`, made at its first wait on an asyncio future and used for
-    /// every one after it; dropped when the job ends, which breaks the cycle through the
-    /// callback's `job`.
+    /// The job's `ResumeCallback`, made at its first wait and used for every one after it;
+    /// dropped when the job ends, which breaks the cycle through the callback's `job`.
     resumer: Option<Py<PyAny>>,
+    /// What the resumer puts in when `call_soon` calls it (a job waits on one thing at a time,
+    /// so at most one such resume is outstanding).
+    pending_resume: Option<Resume>,
 }
 
 #[pyclass(frozen, module = "ferrule._ferrule")]
@@ -101,6 +103,7 @@ impl Job {
                 completion: Some(completion),
                 finished: false,
                 resumer: None,
+                pending_resume: None,
             }),
         })
     }
@@ -127,18 +130,28 @@ impl Job {
         Ok(task)
     }
 
-    /// The job's resumer (see `JobState::resumer`), made by `make` the first time.
+    /// The job's resumer (see `JobState::resumer`), made by `make` the first time; with
+    /// `resume`, what it is to put in when next called with no future.
     pub(super) fn resumer<'py>(
         &self,
         py: Python<'py>,
+        resume: Option<Resume>,
         make: impl FnOnce() -> PyResult<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let mut state = self.state.lock().unwrap();
+        if resume.is_some() {
+            state.pending_resume = resume;
+        }
         let resumer = match &state.resumer {
             Some(resumer) => resumer,
             None => state.resumer.insert(make()?),
         };
         Ok(resumer.bind(py).clone())
+    }
+
+    /// The resume `resumer` was given for its `call_soon`, if it has not been taken.
+    pub(super) fn take_pending_resume(&self) -> Option<Resume> {
+        self.state.lock().unwrap().pending_resume.take()
     }
 
     pub fn set_waiting(&self, waiting: Waiting) {

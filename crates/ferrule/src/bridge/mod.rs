@@ -10,13 +10,11 @@
 //! - `job`: one driven coroutine (context, task identity, what it waits on, its completion);
 //! - `queue`: `ReadyQueue` and the `tokio_driving` flag; `gate`: `LoopGate`, whether the loop
 //!   thread is in `select`; `waker`: the descriptor that wakes the loop thread without the GIL;
-//!   `soon`: `SoonBatch`, the jobs the loop thread resumes in its next iteration;
 //! - `shared`: `Shared`, the state of one bridge, and what needs only it (the jobs in flight,
 //!   handing a job to the loop thread, finishing one);
 //! - `native`: `NativeFuture`, the awaitable resolved from Rust; `resume`: `ResumeCallback`,
-//!   the done callback that resumes a job waiting on an asyncio future, and `RunSoon`, which
-//!   resumes a `SoonBatch`; all resume through `Shared`'s driving methods, which `driver`
-//!   defines;
+//!   the loop-thread callback that resumes a job; both resume through `Shared`'s driving
+//!   methods, which `driver` defines;
 //! - `driver`: the step loop, classification of yields, and starting and driving jobs on
 //!   either thread;
 //! - `drain`: `DrainOnLoop`, the waker's reader on the loop thread; `selector`:
@@ -37,7 +35,6 @@ mod queue;
 mod resume;
 mod selector;
 mod shared;
-mod soon;
 pub mod trace;
 mod waker;
 

@@ -1,7 +1,7 @@
-//! The loop-thread callbacks that resume jobs: `ResumeCallback`, an asyncio future's done
-//! callback, and `RunSoon`, which drives the jobs of a `SoonBatch`.
+//! `ResumeCallback`: how the loop thread resumes a job, from an asyncio future's done callback
+//! or a `call_soon`.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use pyo3::prelude::*;
 
@@ -9,8 +9,9 @@ use super::counters::bump;
 use super::job::{Job, Resume};
 use super::shared::Shared;
 
-/// An asyncio future's done callback that resumes the job waiting on it. One per job, made at
-/// its first wait and kept in the job until it ends (`of_job`), not one made and freed per wait.
+/// A loop-thread callback that resumes a job: as an asyncio future's done callback (called with
+/// the future) or scheduled with `call_soon` (called with nothing: the job holds the input).
+/// One per job, made at its first wait (`of_job`).
 #[pyclass(frozen, module = "ferrule._ferrule")]
 pub struct ResumeCallback {
     shared: Arc<Shared>,
@@ -18,12 +19,16 @@ pub struct ResumeCallback {
 }
 
 impl ResumeCallback {
+    /// `job`'s callback, made the first time and kept in the job until it ends: one object
+    /// for all its waits, not one made and freed for each. With `resume`, what the callback
+    /// puts in when `call_soon` calls it.
     pub(super) fn of_job<'py>(
         shared: &Arc<Shared>,
         job: &Bound<'py, Job>,
+        resume: Option<Resume>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = job.py();
-        job.get().resumer(py, || {
+        job.get().resumer(py, resume, || {
             let callback = Self {
                 shared: shared.clone(),
                 job: job.clone().unbind(),
@@ -35,34 +40,23 @@ impl ResumeCallback {
 
 #[pymethods]
 impl ResumeCallback {
-    /// Called with the future, now done: the future's iterator hands the coroutine its result
-    /// when sent None.
-    fn __call__(&self, py: Python<'_>, _future: Bound<'_, PyAny>) {
+    #[pyo3(signature = (future=None))]
+    fn __call__(&self, py: Python<'_>, future: Option<Bound<'_, PyAny>>) {
         let job = self.job.bind(py);
         let shared = &self.shared;
         bump(&shared.counters.gil_acquisitions);
-        bump(&shared.counters.resumes_inline);
-        job.get().clear_waiting();
-        shared.drive_on_loop(py, job, Resume::Send(py.None()));
-    }
-}
-
-/// The `call_soon` callback of a bridge's `SoonBatch`: drives every job in it, oldest first.
-/// It holds the bridge weakly: the bridge keeps it, made once, in its batch.
-#[pyclass(frozen, module = "ferrule._ferrule")]
-pub struct RunSoon {
-    pub(super) shared: Weak<Shared>,
-}
-
-#[pymethods]
-impl RunSoon {
-    fn __call__(&self, py: Python<'_>) {
-        let Some(shared) = self.shared.upgrade() else {
-            return;
+        let resume = match future {
+            // The future's iterator hands the coroutine its result when sent None.
+            Some(_future) => {
+                bump(&shared.counters.resumes_inline);
+                job.get().clear_waiting();
+                Resume::Send(py.None())
+            }
+            None => match job.get().take_pending_resume() {
+                Some(resume) => resume,
+                None => return,
+            },
         };
-        bump(&shared.counters.gil_acquisitions);
-        for (job, resume) in shared.soon.take() {
-            shared.drive_on_loop(py, job.bind(py), resume);
-        }
+        shared.drive_on_loop(py, job, resume);
     }
 }

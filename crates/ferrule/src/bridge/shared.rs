@@ -17,7 +17,6 @@ use super::counters::{bump, Counters};
 use super::gate::LoopGate;
 use super::job::{Completion, Job, Resume};
 use super::queue::{LoopStart, ReadyQueue};
-use super::soon::SoonBatch;
 use super::trace::Trace;
 use super::waker::LoopWaker;
 
@@ -56,8 +55,6 @@ pub struct Shared {
     pub(super) ready: Option<Py<PyAny>>,
     pub(super) scheduled: Option<Py<PyAny>>,
     pub(crate) queue: ReadyQueue,
-    /// The jobs the loop thread resumes in its next iteration (see `soon`).
-    pub(super) soon: SoonBatch,
     pub(crate) gate: LoopGate,
     pub(crate) waker: Arc<LoopWaker>,
     pub counters: Arc<Counters>,
