@@ -168,6 +168,32 @@ def test_bare_yield_lets_the_loop_run_between_steps(run) -> None:
     run(main)
 
 
+def test_a_callback_scheduled_before_a_bare_yield_runs_before_the_next_step(run) -> None:
+    """A coroutine that schedules a callback and then yields (``loop.call_soon(cb)`` then
+    ``await asyncio.sleep(0)``, the usual way to let a callback run) finds it run when it goes
+    on, however many other coroutines yield in the same loop iteration, as under a ``Task``.
+
+    Seen failing with the yields of one iteration resumed together behind one ``call_soon``:
+    a coroutine that joined a batch already scheduled went on before its own callback ran, in
+    49 of 50 coroutines.
+    """
+
+    async def schedules_then_yields(i: int) -> bool:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0)  # every coroutine now steps from the loop, in one iteration
+        ran: list[int] = []
+        loop.call_soon(ran.append, i)
+        await asyncio.sleep(0)
+        return ran == [i]
+
+    async def main(bridge: ferrule.Bridge) -> None:
+        futures = [bridge.spawn_on_loop(schedules_then_yields(i)) for i in range(50)]
+        results = await gather_bounded(futures)
+        assert results.count(False) == 0, f"{results.count(False)} of 50 went on too early"
+
+    run(main)
+
+
 def test_bare_yield_with_nothing_else_ready_stays_on_the_tokio_thread(run) -> None:
     """In gated mode a coroutine driven on a tokio thread that yields bare while the loop has
     nothing ready (and nothing queued for the loop thread) goes on in the same drive: the loop
