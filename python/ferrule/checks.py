@@ -204,4 +204,5 @@ LOOPS = {
     "none": "asyncio",
 }
 LIFESPANS = {"auto": "auto", "on": "on", "off": "off"}
+PROXY_PROTOCOLS = {"off": "off", "v1": "v1", "v2": "v2", "auto": "auto"}
 INTERFACE_CHOICES = {name: name for name in INTERFACES}

@@ -439,10 +439,22 @@ SETTINGS: tuple[Setting, ...] = (
         "forwarded_allow_ips",
         "proxies",
         None,
-        "Comma-separated addresses or networks of the proxies whose X-Forwarded-* headers are "
-        "trusted, or '*'.",
+        "Comma-separated addresses or networks of the proxies whose X-Forwarded-* headers (and "
+        "PROXY protocol headers) are trusted, or '*'.",
         metavar="IPS",
         default_text="$FORWARDED_ALLOW_IPS if set, else 127.0.0.1,::1",
+    ),
+    Setting(
+        "proxy_protocol",
+        "proxies",
+        "off",
+        "Read HAProxy's PROXY protocol header (v1, v2, or auto for either) at the start of each "
+        "connection, before TLS, and take the scope's client and server from it. Accepted only "
+        "from --forwarded-allow-ips (on a Unix socket, only with '*'); a connection from "
+        "elsewhere, or without a valid header within --timeout-keep-alive, is closed and logged.",
+        choices=tuple(checks.PROXY_PROTOCOLS),
+        check=checks.choice(checks.PROXY_PROTOCOLS),
+        uvicorn=False,
     ),
     Setting(
         "server_header",

@@ -133,7 +133,7 @@ impl TrustedProxies {
         }
     }
 
-    fn trusts(&self, host: Option<&str>) -> bool {
+    pub(crate) fn trusts(&self, host: Option<&str>) -> bool {
         match self {
             TrustedProxies::All => true,
             TrustedProxies::Listed(trusted) => host.is_some_and(|h| trusted.contains(h)),

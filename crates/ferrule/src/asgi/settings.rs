@@ -52,6 +52,9 @@ pub struct Settings {
     /// The peers whose forwarded headers are obeyed, when `proxy_headers` is on.
     #[pyo3(from_py_with = read::trusted_proxies)]
     pub trusted_proxies: TrustedProxies,
+    /// Whether each TCP connection begins with a PROXY protocol header, and which versions.
+    #[pyo3(from_py_with = read::proxy_protocol)]
+    pub proxy_protocol: ProxyProtocol,
     /// The HTTP versions served.
     #[pyo3(from_py_with = read::http)]
     pub http: HttpVersions,
@@ -148,6 +151,16 @@ pub const MIN_HEAD_SIZE: usize = 4096;
 /// for uvicorn's names map onto these).
 pub const HTTP_VERSIONS: [&str; 3] = ["auto", "1", "2"];
 
+/// `--proxy-protocol`: the PROXY protocol header versions a connection may begin with.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ProxyProtocol {
+    Off,
+    V1,
+    V2,
+    /// Either version.
+    Auto,
+}
+
 /// The HTTP versions `--http` allows.
 #[derive(Clone, Copy)]
 pub struct HttpVersions {
@@ -191,7 +204,7 @@ mod read {
     use pyo3::exceptions::PyValueError;
     use pyo3::prelude::*;
 
-    use super::{optional_seconds, AccessFormat, HttpVersions, MIN_HEAD_SIZE};
+    use super::{optional_seconds, AccessFormat, HttpVersions, ProxyProtocol, MIN_HEAD_SIZE};
     use crate::asgi::levels::TRACE;
     use crate::asgi::proxy::TrustedProxies;
 
@@ -244,6 +257,18 @@ mod read {
 
     pub fn trusted_proxies(value: &Bound<'_, PyAny>) -> PyResult<TrustedProxies> {
         Ok(TrustedProxies::new(value.extract()?))
+    }
+
+    pub fn proxy_protocol(value: &Bound<'_, PyAny>) -> PyResult<ProxyProtocol> {
+        match value.extract::<String>()?.as_str() {
+            "off" => Ok(ProxyProtocol::Off),
+            "v1" => Ok(ProxyProtocol::V1),
+            "v2" => Ok(ProxyProtocol::V2),
+            "auto" => Ok(ProxyProtocol::Auto),
+            other => Err(PyValueError::new_err(format!(
+                "proxy_protocol must be one of off, v1, v2, auto, not {other:?}"
+            ))),
+        }
     }
 
     pub fn http(value: &Bound<'_, PyAny>) -> PyResult<HttpVersions> {
@@ -312,7 +337,7 @@ settings = dict(
     ws_max_queue=32, ws_ping_interval=20.0, ws_ping_timeout=0, ws_per_message_deflate=True,
     max_requests=None, max_requests_stops=True, timeout_graceful_shutdown=None,
     reset_contextvars=False, http2_max_concurrent_streams=50, log_level_number=20,
-    http3=False,
+    http3=False, proxy_protocol="v2",
 )
 settings.update({changes})
 config = types.SimpleNamespace(**settings)
@@ -336,6 +361,7 @@ config = types.SimpleNamespace(**settings)
             assert_eq!(settings.headers[0].0.as_str(), "x-a");
             assert_eq!(settings.headers[0].1, "1");
             assert!(settings.http.h1 && !settings.http.h2);
+            assert_eq!(settings.proxy_protocol, ProxyProtocol::V2);
             assert_eq!(settings.ws_ping_interval, Some(Duration::from_secs(20)));
             // 0 means none, as None does.
             assert_eq!(settings.ws_ping_timeout, None);
@@ -379,6 +405,10 @@ config = types.SimpleNamespace(**settings)
                     "timeout_keep_alive must be a number >= 0",
                 ),
                 ("headers=[('a b', '1')]", "not a valid header"),
+                (
+                    "proxy_protocol='v3'",
+                    r#"proxy_protocol must be one of off, v1, v2, auto, not "v3""#,
+                ),
                 (
                     "access_log_format='%(zz)s'",
                     "access_log_format: unknown atom %(zz)s",

@@ -7,6 +7,7 @@
 //!   HTTP/1.1 connection is set aside;
 //! - `recording_io`: `RecordingIo`, the socket as hyper reads it, through the head recorder;
 //!   it also tells HTTP/1.1 from HTTP/2 by the client's first bytes, and gathers HTTP/2's writes;
+//! - `proxy_protocol`: the PROXY protocol header a balancer may send first (`--proxy-protocol`);
 //! - `tls`: rustls, certificates and ALPN;
 //! - `woken_only`: `WokenOnly`, a future polled only on its own wakes (a connection's side
 //!   branches: the stop, the timers).
@@ -15,6 +16,7 @@
 
 mod finish_when;
 mod listener;
+mod proxy_protocol;
 mod recording_io;
 mod server;
 mod serving;

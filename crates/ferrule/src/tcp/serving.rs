@@ -13,16 +13,17 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use crate::asgi::conn::ConnInfo;
-use crate::asgi::levels::TRACE;
+use crate::asgi::levels::{TRACE, WARNING};
 use crate::asgi::live::{drain_within, Stop};
 use crate::asgi::logging::log_line;
 use crate::asgi::server::Server;
-use crate::asgi::settings::{HttpVersions, Settings};
+use crate::asgi::settings::{HttpVersions, ProxyProtocol, Settings};
 use crate::http::{handle, Connection, IncomingBody, Recorder, Upgrader};
 use crate::ws;
 
 use super::finish_when::{Driven, FinishWhen};
 use super::listener::{accept, IoStream, Listener};
+use super::proxy_protocol::read_header;
 use super::recording_io::RecordingIo;
 use super::woken_only::WokenOnly;
 
@@ -74,22 +75,18 @@ pub(super) async fn accept_loop(
     });
     let permits = Arc::new(Semaphore::new(server.settings.connection_limit));
     let spawn_connection = |(stream, conn, permit): Accepted| {
-        let served = serve_connection(
-            stream,
-            Arc::new(
-                Connection::new(
-                    conn,
-                    server.settings.http2_max_concurrent_streams as usize,
-                    Some(WEBSOCKETS),
-                )
-                .announcing(setup.alt_svc.clone()),
-            ),
-            server.clone(),
-            setup.clone(),
-            stopping.subscribe(),
-        );
-        let mut abort = abort_rx.clone();
         let open = OpenConnection::new(&server);
+        let (server, setup, stopping) = (server.clone(), setup.clone(), stopping.subscribe());
+        let served = async move {
+            let Some((stream, conn)) = after_proxy_header(stream, conn, &server).await else {
+                return;
+            };
+            let max_streams = server.settings.http2_max_concurrent_streams as usize;
+            let conn = Connection::new(conn, max_streams, Some(WEBSOCKETS))
+                .announcing(setup.alt_svc.clone());
+            serve_connection(stream, Arc::new(conn), server, setup, stopping).await;
+        };
+        let mut abort = abort_rx.clone();
         tokio::spawn(async move {
             tokio::select! {
                 _ = served => {}
@@ -203,6 +200,44 @@ async fn accept_with_permit(
     let (stream, mut conn) = accept(listener).await?;
     conn.tls = tls;
     Ok((stream, conn, permit))
+}
+
+/// The connection past its PROXY protocol header (`--proxy-protocol`), its ends as the header
+/// gives them; as it is when the option is off. None if it is to be closed: its peer is not a
+/// trusted proxy, or its header is missing, malformed or late (each logged).
+async fn after_proxy_header(
+    stream: Box<dyn IoStream>,
+    mut conn: ConnInfo,
+    server: &Server,
+) -> Option<(Box<dyn IoStream>, ConnInfo)> {
+    let settings = &server.settings;
+    if settings.proxy_protocol == ProxyProtocol::Off {
+        return Some((stream, conn));
+    }
+    let peer = conn.client.as_ref().map(|(host, _)| host.as_str());
+    let refused = |why: &str| {
+        let from = peer.unwrap_or("a Unix socket");
+        let line = format!("PROXY protocol: {why} from {from}; connection closed");
+        log_line(&server.py, WARNING, &line);
+        None
+    };
+    // As for the proxy headers: a Unix socket's peer has no address, and only `*` trusts it.
+    if !settings.trusted_proxies.trusts(peer) {
+        return refused("a connection not in --forwarded-allow-ips");
+    }
+    let timeout = settings.header_read_timeout();
+    let header = read_header(stream, settings.proxy_protocol);
+    match tokio::time::timeout(timeout, header).await {
+        Ok(Ok((addresses, stream))) => {
+            if let Some((client, local)) = addresses {
+                conn.client = Some((client.ip().to_string(), client.port()));
+                conn.server = (local.ip().to_string(), Some(local.port()));
+            }
+            Some((stream, conn))
+        }
+        Ok(Err(why)) => refused(&why),
+        Err(_) => refused(&format!("no header within {} s", timeout.as_secs_f64())),
+    }
 }
 
 /// hyper's HTTP/1.1 settings.
