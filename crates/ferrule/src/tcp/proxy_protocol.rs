@@ -77,9 +77,12 @@ fn parse(read: &[u8], accepted: ProxyProtocol) -> Result<Option<(Addresses, usiz
         };
     }
     if v1 && starts_with(V1_PREFIX) {
+        // A line that has ended is whole, whatever the parser says: `ppp` calls a line short
+        // of fields (`PROXY TCP4 garbage`) incomplete.
+        let ended = read[..read.len().min(V1_MAX)].contains(&b'\n');
         return match v1::Header::try_from(read) {
             Ok(header) => Ok(Some((v1_addresses(&header.addresses), header.header.len()))),
-            Err(err) if err.is_incomplete() && read.len() < V1_MAX => Ok(None),
+            Err(err) if err.is_incomplete() && !ended && read.len() < V1_MAX => Ok(None),
             Err(err) => Err(format!("a malformed v1 header ({err})")),
         };
     }
@@ -211,7 +214,8 @@ mod tests {
         assert_eq!(client(parse(&v2_ipv4(0), ProxyProtocol::V2).unwrap()), None);
     }
 
-    /// Seen failing with a partial v2 header refused (a header split across two reads).
+    /// Seen failing with a partial v2 header refused (a header split across two reads), and
+    /// with a v1 line short of fields waited on past its end.
     #[test]
     fn a_partial_header_waits_and_an_oversized_one_is_refused() {
         assert_eq!(parse(b"PROX", ProxyProtocol::V1), Ok(None));
@@ -226,5 +230,6 @@ mod tests {
         huge.extend([0x21, 0x11, 0xff, 0xff]);
         assert!(parse(&huge, ProxyProtocol::V2).is_err());
         assert!(parse(b"GET / HTTP/1.1\r\n", ProxyProtocol::Auto).is_err());
+        assert!(parse(b"PROXY TCP4 garbage\r\nGET", ProxyProtocol::V1).is_err());
     }
 }

@@ -1,0 +1,215 @@
+"""``--proxy-protocol``: HAProxy's PROXY header read before TLS and any HTTP byte.
+
+The working paths go through HAProxy itself (Debian's ``haproxy``, the protocol's reference
+client) in TCP mode with ``send-proxy`` (v1) or ``send-proxy-v2``; the headers made by hand here
+are the hostile ones, sent straight to ferrule. The scope app answers ``repr`` of the scope, so
+each test reads the ``client`` and ``server`` the app saw.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import socket
+import ssl
+import struct
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from certs import Certs
+from serverutil import free_port, running_server
+
+APP = "scope_app:app"
+TIMEOUT = 5.0
+V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
+REQUEST = b"GET /scope HTTP/1.1\r\nHost: example\r\nConnection: close\r\n\r\n"
+
+
+def v2_header(command: int = 1, src=("203.0.113.7", 45678), dst=("192.0.2.1", 8443)) -> bytes:
+    """A v2 header for TCP over IPv4 (command 1: PROXY, 0: LOCAL), made by hand."""
+    addresses = socket.inet_aton(src[0]) + socket.inet_aton(dst[0])
+    addresses += struct.pack("!HH", src[1], dst[1])
+    return V2_SIGNATURE + bytes([0x20 | command, 0x11]) + struct.pack("!H", 12) + addresses
+
+
+def exchange(port: int, data: bytes, *, tls: ssl.SSLContext | None = None) -> tuple[bytes, int]:
+    """Send ``data`` on a new connection, read to the close; also the socket's local port."""
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as raw:
+        local_port = raw.getsockname()[1]
+        sock = tls.wrap_socket(raw, server_hostname="localhost") if tls else raw
+        sock.sendall(data)
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except (ConnectionResetError, ssl.SSLError):
+            pass
+        return received, local_port
+
+
+def scope_of(response: bytes) -> dict:
+    assert response.startswith(b"HTTP/1.1 200"), response[:300]
+    return ast.literal_eval(response.split(b"\r\n\r\n", 1)[1].decode())
+
+
+@pytest.fixture
+def haproxy(tmp_path: Path) -> Iterator[Callable[[int, str], int]]:
+    """Starts HAProxy in front of a ferrule port: ``haproxy(backend_port, "send-proxy")`` returns
+    its frontend port. Every HAProxy started is killed at the end."""
+    if shutil.which("haproxy") is None:
+        pytest.skip("haproxy is not installed (apt-get install haproxy)")
+    procs: list[subprocess.Popen] = []
+
+    def start(backend: int, send: str) -> int:
+        front = free_port()
+        config = tmp_path / f"haproxy-{front}.cfg"
+        config.write_text(
+            "global\n  maxconn 100\n"
+            "defaults\n  mode tcp\n  timeout connect 2s\n  timeout client 10s\n"
+            "  timeout server 10s\n"
+            f"frontend front\n  bind 127.0.0.1:{front}\n  default_backend ferrule\n"
+            f"backend ferrule\n  server app 127.0.0.1:{backend} {send}\n"
+        )
+        proc = subprocess.Popen(
+            ["haproxy", "-db", "-f", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        procs.append(proc)
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            try:
+                socket.create_connection(("127.0.0.1", front), timeout=0.2).close()
+                return front
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("haproxy did not listen")
+
+    yield start
+    for proc in procs:
+        proc.kill()
+        proc.wait(timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize(
+    ("option", "send"),
+    [
+        ("v1", "send-proxy"),
+        ("v2", "send-proxy-v2"),
+        ("auto", "send-proxy"),
+        ("auto", "send-proxy-v2"),
+    ],
+)
+def test_the_scope_has_the_client_haproxy_saw(haproxy, option: str, send: str) -> None:
+    """Through HAProxy's ``send-proxy``/``send-proxy-v2``, the app's ``client`` is the test's own
+    socket (HAProxy's client) and its ``server`` HAProxy's frontend, and the access line names
+    that client. Seen failing with the header ignored (the client was HAProxy's outgoing port)."""
+    with running_server(APP, "--proxy-protocol", option, "--access-log") as server:
+        front = haproxy(server.port, send)
+        response, local_port = exchange(front, REQUEST)
+        scope = scope_of(response)
+        assert scope["client"] == ("127.0.0.1", local_port)
+        assert scope["server"] == ("127.0.0.1", front)
+        server.wait_for_output(rf"127\.0\.0\.1:{local_port} - \"GET /scope", stream="stdout")
+
+
+def test_http2_and_tls_carry_it_too(haproxy, certs: Certs) -> None:
+    """The header comes before TLS: an HTTPS request through HAProxy (which passes the TLS bytes
+    through) and an HTTP/2 connection (h2c) get the client from it. Seen failing with the
+    header's addresses not put into the connection."""
+    tls_args = ["--ssl-certfile", str(certs.server_cert), "--ssl-keyfile", str(certs.server_key)]
+    with running_server(APP, "--proxy-protocol", "v2", *tls_args) as server:
+        front = haproxy(server.port, "send-proxy-v2")
+        context = ssl.create_default_context(cafile=str(certs.ca))
+        response, local_port = exchange(front, REQUEST, tls=context)
+        assert scope_of(response)["client"] == ("127.0.0.1", local_port)
+    with running_server(APP, "--proxy-protocol", "v1") as server:
+        front = haproxy(server.port, "send-proxy")
+        # h2c by prior knowledge, through HAProxy's TCP mode.
+        with httpx.Client(http1=False, http2=True, trust_env=False, timeout=TIMEOUT) as client:
+            response = client.get(f"http://127.0.0.1:{front}/scope")
+        assert response.http_version == "HTTP/2"
+        assert ast.literal_eval(response.text)["client"][0] == "127.0.0.1"
+        assert ast.literal_eval(response.text)["server"] == ("127.0.0.1", front)
+
+
+def test_a_header_by_hand_and_a_local_one() -> None:
+    """A v1 line's addresses become the scope's; a v2 LOCAL header (a balancer's health check)
+    leaves the connection's own; with the option off, a request starting with ``PROXY`` is not
+    read as a header. Seen failing with LOCAL taking the header's addresses."""
+    line = b"PROXY TCP4 203.0.113.7 192.0.2.1 45678 8443\r\n"
+    with running_server(APP, "--proxy-protocol", "auto") as server:
+        scope = scope_of(exchange(server.port, line + REQUEST)[0])
+        assert (scope["client"], scope["server"]) == (("203.0.113.7", 45678), ("192.0.2.1", 8443))
+        response, local_port = exchange(server.port, v2_header(command=0) + REQUEST)
+        scope = scope_of(response)
+        assert scope["client"] == ("127.0.0.1", local_port)
+        assert scope["server"] == ("127.0.0.1", server.port)
+    with running_server(APP) as server:
+        response, _ = exchange(server.port, line + REQUEST)
+        assert b"203.0.113.7" not in response
+
+
+HOSTILE = [
+    ("v1", b"", "no header"),
+    ("v1", b"PROXY TCP4 garbage\r\n", "malformed v1"),
+    ("v1", b"PROXY TCP4 " + b"1" * 200, "v1 past 107 bytes"),
+    ("v2", b"\r\n\r\n\x00\r\nQUIX\n\x21\x11\x00\x0c" + bytes(12), "a wrong v2 signature"),
+    ("v2", V2_SIGNATURE + b"\x21\x11\xff\xff", "v2 declaring 65,535 bytes"),
+    ("v2", b"PROXY TCP4 203.0.113.7 192.0.2.1 45678 8443\r\n", "v1 to a v2 server"),
+    ("v1", v2_header(), "v2 to a v1 server"),
+]
+
+
+@pytest.mark.parametrize(("option", "header", "what"), HOSTILE, ids=[h[2] for h in HOSTILE])
+def test_a_bad_header_closes_without_an_answer(option: str, header: bytes, what: str) -> None:
+    """Each bad start gets no HTTP answer, only a close and a logged warning, and the server
+    goes on serving good connections. Seen failing (an HTTP response came back) with a
+    connection that did not begin with a header served as one without, and (a read timed out)
+    with a v1 line short of fields waited on as if more were to come."""
+    with running_server(APP, "--proxy-protocol", option) as server:
+        started = time.monotonic()
+        response, _ = exchange(server.port, header + REQUEST)
+        assert b"HTTP/" not in response, what
+        # At once, not at the 5 s header timeout.
+        assert time.monotonic() - started < 2, what
+        server.wait_for_output(r"PROXY protocol: .* from 127\.0\.0\.1; connection closed")
+        good = v2_header() if option == "v2" else b"PROXY TCP4 198.51.100.1 192.0.2.1 1 2\r\n"
+        assert scope_of(exchange(server.port, good + REQUEST)[0])["client"][1] in (45678, 1)
+
+
+def test_a_late_header_and_an_untrusted_peer_are_closed() -> None:
+    """A client that sends ``PROXY `` and stops is closed once --timeout-keep-alive (1 s) is
+    up, not at once and not never; a valid header from a peer outside --forwarded-allow-ips is
+    closed unread. Seen failing with the header's timeout ten times the keep-alive timeout."""
+    with running_server(APP, "--proxy-protocol", "v1", "--timeout-keep-alive", "1") as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as sock:
+            sock.sendall(b"PROXY ")
+            started = time.monotonic()
+            assert sock.recv(100) == b""
+            waited = time.monotonic() - started
+        assert 0.5 < waited < 4, waited
+        server.wait_for_output(r"PROXY protocol: no header within 1 s")
+    args = ("--proxy-protocol", "v1", "--forwarded-allow-ips", "10.9.8.7")
+    with running_server(APP, *args) as server:
+        line = b"PROXY TCP4 203.0.113.7 192.0.2.1 45678 8443\r\n"
+        assert exchange(server.port, line + REQUEST)[0] == b""
+        server.wait_for_output(r"PROXY protocol: a connection not in --forwarded-allow-ips")
+
+
+def test_a_bad_value_is_a_usage_error() -> None:
+    """``--proxy-protocol v3`` is refused before serving, naming the option."""
+    result = subprocess.run(
+        ["python3", "-m", "ferrule", APP, "--proxy-protocol", "v3"],
+        cwd=Path(__file__).parent.parent / "apps",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "--proxy-protocol" in result.stderr
