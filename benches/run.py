@@ -497,10 +497,12 @@ def main(argv: list[str] | None = None) -> int:
         machine_lines(load_before, build),
         failures,
     )
+    # The table first: a chart that cannot be drawn (no matplotlib) must not lose the numbers.
+    md_path.write_text(text)
     if cells:
         chart(cells, ceiling, servers, scenarios, png_path)
         text += f"\n![requests/s and p99 per scenario and server]({png_path.name})\n"
-    md_path.write_text(text)
+        md_path.write_text(text)
     print(text)
     for failure in failures:
         sys.stderr.write(f"FAILED: {failure}\n")
