@@ -14,27 +14,18 @@ TLS, the access log) are in ``tests/http/test_proxy_protocol.py``.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import re
 import socket
-import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
+from proxyproto import REQUEST, V2_PROXY, V2_SIGNATURE, V2_TCP4, scope_of, v1_line, v2_header
 from serverutil import ServerProcess, poll, running_server
 
 APP = "scope_app:app"
-REQUEST = b"GET /scope HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
-V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
-V2_PROXY = 0x21  # version 2, command PROXY
-V2_LOCAL = 0x20  # version 2, command LOCAL
-V2_TCP4 = 0x11  # AF_INET, SOCK_STREAM
-#: The header's addresses in the cases: documentation networks, never the socket's own.
-SOURCE = ("203.0.113.7", 45678)
-DESTINATION = ("192.0.2.1", 8443)
 #: Bound for one exchange: how long the server may keep a connection open before the test
 #: fails (longer than the 5 s default header timeout, so a late close is told from none).
 READ_TIMEOUT = 8.0
@@ -44,27 +35,6 @@ PROMPT = 3.0
 #: A v1 start of 200 bytes with no CRLF: past the protocol's 107-byte line.
 V1_TOO_LONG = b"PROXY TCP4 " + b"1" * 189
 WARNING_RE = re.compile(r"(?m)^.*PROXY protocol.*$")
-
-
-def v1_line(src: tuple[str, int] = SOURCE, dst: tuple[str, int] = DESTINATION) -> bytes:
-    """A v1 (text) header for TCP over IPv4."""
-    return f"PROXY TCP4 {src[0]} {dst[0]} {src[1]} {dst[1]}\r\n".encode()
-
-
-def v2_header(
-    command: int = V2_PROXY,
-    src: tuple[str, int] = SOURCE,
-    dst: tuple[str, int] = DESTINATION,
-    *,
-    signature: bytes = V2_SIGNATURE,
-    length: int | None = None,
-) -> bytes:
-    """A v2 (binary) header for TCP over IPv4: signature, version/command, family, big-endian
-    length (``length`` overrides the true 12), source and destination addresses, then ports."""
-    addresses = socket.inet_aton(src[0]) + socket.inet_aton(dst[0])
-    addresses += struct.pack("!HH", src[1], dst[1])
-    declared = len(addresses) if length is None else length
-    return signature + struct.pack("!BBH", command, V2_TCP4, declared) + addresses
 
 
 @dataclass
@@ -102,12 +72,6 @@ def exchange(
                 break
             received += chunk
         return Outcome(received, time.monotonic() - started)
-
-
-def scope_of(received: bytes) -> dict:
-    """The scope the app answered (``repr`` of a dict after a 200's head)."""
-    assert received.startswith(b"HTTP/1.1 200"), received[:300]
-    return ast.literal_eval(received.split(b"\r\n\r\n", 1)[1].decode())
 
 
 def warnings(server: ServerProcess) -> list[str]:

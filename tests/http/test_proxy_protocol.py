@@ -12,7 +12,6 @@ import ast
 import shutil
 import socket
 import ssl
-import struct
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -21,20 +20,12 @@ from pathlib import Path
 import httpx
 import pytest
 from certs import Certs
+from proxyproto import REQUEST, V2_LOCAL, scope_of, v2_header
 from serverutil import ferrule_command, free_port, run_to_exit, running_server
 from websockets.sync.client import connect
 
 APP = "scope_app:app"
 TIMEOUT = 5.0
-V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
-REQUEST = b"GET /scope HTTP/1.1\r\nHost: example\r\nConnection: close\r\n\r\n"
-
-
-def v2_header(command: int = 1, src=("203.0.113.7", 45678), dst=("192.0.2.1", 8443)) -> bytes:
-    """A v2 header for TCP over IPv4 (command 1: PROXY, 0: LOCAL), made by hand."""
-    addresses = socket.inet_aton(src[0]) + socket.inet_aton(dst[0])
-    addresses += struct.pack("!HH", src[1], dst[1])
-    return V2_SIGNATURE + bytes([0x20 | command, 0x11]) + struct.pack("!H", 12) + addresses
 
 
 def exchange(port: int, data: bytes, *, tls: ssl.SSLContext | None = None) -> tuple[bytes, int]:
@@ -50,11 +41,6 @@ def exchange(port: int, data: bytes, *, tls: ssl.SSLContext | None = None) -> tu
         except (ConnectionResetError, ssl.SSLError):
             pass
         return received, local_port
-
-
-def scope_of(response: bytes) -> dict:
-    assert response.startswith(b"HTTP/1.1 200"), response[:300]
-    return ast.literal_eval(response.split(b"\r\n\r\n", 1)[1].decode())
 
 
 @pytest.fixture
@@ -170,7 +156,7 @@ def test_a_header_by_hand_and_a_local_one() -> None:
         line6 = b"PROXY TCP6 2001:db8::7 2001:db8::1 45678 443\r\n"
         scope = scope_of(exchange(server.port, line6 + REQUEST)[0])
         assert (scope["client"], scope["server"]) == (("2001:db8::7", 45678), ("2001:db8::1", 443))
-        for own in (v2_header(command=0), b"PROXY UNKNOWN\r\n"):
+        for own in (v2_header(V2_LOCAL), b"PROXY UNKNOWN\r\n"):
             response, local_port = exchange(server.port, own + REQUEST)
             scope = scope_of(response)
             assert scope["client"] == ("127.0.0.1", local_port), own
