@@ -10,6 +10,7 @@
 //!              WebSockets; siblings, neither imports the other
 //! asgi         what the protocols share: settings, Python handles, live state, the scope
 //! metrics      the Prometheus counts each worker adds to and the parent encodes
+//! compress     response compression: codings, negotiation, encoders (no server state)
 //! bridge       drives coroutines; knows nothing of ASGI
 //! ```
 //!
@@ -17,6 +18,7 @@
 //! path can serve an upgrade without knowing `ws`.
 pub mod asgi;
 pub mod bridge;
+pub mod compress;
 pub mod h3;
 pub mod http;
 pub mod metrics;
