@@ -75,6 +75,11 @@ TRACE: int
 MIN_HEAD_SIZE: int
 #: What ``--http`` may say, once uvicorn's names are mapped onto them.
 HTTP_VERSIONS: tuple[str, ...]
+#: ``--compress``'s codings, each with its lowest, highest and default level.
+COMPRESS_LEVELS: dict[str, tuple[int, int, int]]
+
+def check_compress_types(types: list[str]) -> None:
+    """Raise ValueError naming the first entry that is not a media type pattern."""
 
 class NativeFuture(Generic[T]):
     """ferrule's own awaitable, resolved from Rust.

@@ -12,7 +12,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from ferrule._ferrule import HTTP_VERSIONS, MIN_HEAD_SIZE
+from ferrule._ferrule import COMPRESS_LEVELS, HTTP_VERSIONS, MIN_HEAD_SIZE, check_compress_types
 from ferrule._logging import LOG_LEVELS
 from ferrule.interface import INTERFACES
 
@@ -102,6 +102,51 @@ def as_list(value: list[str] | str | None) -> list[str]:
     if value is None:
         return []
     return [value] if isinstance(value, str) else list(value)
+
+
+def compress(value: list[str] | str | None) -> str | None:
+    """``--compress``'s codings, each with its level, in the server's order of preference:
+    given as ``"zstd,gzip:9"`` or a list of such items; ``None`` is off. Normalised to
+    ``"zstd:3,gzip:9"``."""
+    if value is None:
+        return None
+    items = [item.strip() for item in (value.split(",") if isinstance(value, str) else value)]
+    chosen: dict[str, int] = {}
+    for item in items:
+        name, colon, level_text = item.partition(":")
+        if name not in COMPRESS_LEVELS:
+            known = ", ".join(COMPRESS_LEVELS)
+            raise ValueError(f"{name!r} is not a coding this server compresses with ({known})")
+        if name in chosen:
+            raise ValueError(f"{name!r} is given twice")
+        low, high, default = COMPRESS_LEVELS[name]
+        try:
+            level = int(level_text) if colon else default
+        except ValueError:
+            level = None
+        if level is None or not low <= level <= high:
+            raise ValueError(f"{name}'s level must be {low} to {high}, not {level_text!r}")
+        chosen[name] = level
+    return ",".join(f"{name}:{level}" for name, level in chosen.items())
+
+
+#: ``--compress-types``' default: text, and the structured text formats web apps send.
+DEFAULT_COMPRESS_TYPES = (
+    "text/*",
+    "application/json",
+    "application/*+json",
+    "application/javascript",
+    "application/xml",
+    "application/*+xml",
+    "image/svg+xml",
+    "application/wasm",
+)
+
+
+def compress_types(value: list[str] | str) -> list[str]:
+    types = [t.strip() for t in (value.split(",") if isinstance(value, str) else value)]
+    check_compress_types(types)
+    return types
 
 
 def directories(value: list[str] | str | None) -> list[str]:

@@ -190,6 +190,16 @@ class Config:
         return list(ips)
 
     @property
+    def compression(self) -> tuple[list[tuple[str, int]], int, list[str]] | None:
+        """``compress``, ``compress_min_size`` and ``compress_types`` as the server core reads
+        them: ``None`` when compression is off, else the codings as (name, level) pairs."""
+        if not self.compress:
+            return None
+        codings = [item.split(":") for item in self.compress.split(",")]
+        pairs = [(name, int(level)) for name, level in codings]
+        return pairs, self.compress_min_size, self.compress_types
+
+    @property
     def websockets(self) -> bool:
         """Whether WebSockets are served: as uvicorn, a WSGI app has none (a2wsgi would close
         each at once)."""

@@ -38,6 +38,7 @@ GROUPS = {
     "limits": "Timeouts and limits",
     "logging": "Logging",
     "proxies": "Proxies and response headers",
+    "compression": "Response compression",
     "tls": "TLS",
     "websockets": "WebSockets",
     "http": "HTTP versions",
@@ -480,6 +481,45 @@ SETTINGS: tuple[Setting, ...] = (
         type=checks.header,
         metavar="NAME:VALUE",
         check=checks.headers,
+    ),
+    # Response compression
+    Setting(
+        "compress",
+        "compression",
+        None,
+        "Compress responses with these codings, in the server's order of preference, each "
+        "optionally at a level: zstd (1-22, default 3), br (0-11, default 4), gzip (1-9, "
+        "default 6); e.g. 'zstd,br,gzip:9'. The coding is chosen by the request's "
+        "Accept-Encoding; the work is done off the event loop's thread, and a streamed body is "
+        "compressed and flushed chunk by chunk. Off when not given.",
+        metavar="CODINGS",
+        check=checks.compress,
+        uvicorn=False,
+    ),
+    Setting(
+        "compress_min_size",
+        "compression",
+        500,
+        "Bodies shorter than this many bytes are sent as they are (by their Content-Length, or "
+        "their length when sent in one message; a streamed body of unknown length is "
+        "compressed), unless the client refuses the uncompressed form (identity;q=0).",
+        type=int,
+        metavar="BYTES",
+        check=checks.at_least(0),
+        uvicorn=False,
+    ),
+    Setting(
+        "compress_types",
+        "compression",
+        list(checks.DEFAULT_COMPRESS_TYPES),
+        "Comma-separated media types to compress: type/subtype, type/* (any subtype), "
+        "type/*+suffix (as application/*+json) or */*. Responses without a Content-Type, with "
+        "a Content-Encoding of their own, or with Cache-Control: no-transform are never "
+        "compressed.",
+        metavar="TYPES",
+        default_text=", ".join(checks.DEFAULT_COMPRESS_TYPES),
+        check=checks.compress_types,
+        uvicorn=False,
     ),
     # TLS
     Setting("ssl_certfile", "tls", None, "The certificate chain (PEM).", metavar="FILE"),

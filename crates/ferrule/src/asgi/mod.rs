@@ -38,9 +38,9 @@ use pyo3::prelude::*;
 
 pub use self::disconnected::ClientDisconnected;
 
-/// Registers the exception the ASGI callables raise, the access log format's check, and the
-/// facts Python's settings take from here (TRACE, the smallest head limit, `--http`'s values),
-/// on `module`.
+/// Registers the exception the ASGI callables raise, the checks of the access log format and
+/// the compressed types, and the facts Python's settings take from here (TRACE, the smallest
+/// head limit, `--http`'s values, `--compress`'s codings and levels), on `module`.
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("TRACE", levels::TRACE)?;
     module.add("MIN_HEAD_SIZE", settings::MIN_HEAD_SIZE)?;
@@ -48,12 +48,22 @@ pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         "HTTP_VERSIONS",
         pyo3::types::PyTuple::new(module.py(), settings::HTTP_VERSIONS)?,
     )?;
+    // `--compress`'s codings and, for each, its lowest, highest and default level.
+    let levels = pyo3::types::PyDict::new(module.py());
+    for coding in crate::compress::Coding::ALL {
+        levels.set_item(coding.name(), coding.levels())?;
+    }
+    module.add("COMPRESS_LEVELS", levels)?;
     module.add(
         "ClientDisconnected",
         module.py().get_type::<ClientDisconnected>(),
     )?;
     module.add_function(pyo3::wrap_pyfunction!(
         access_format::check_access_log_format,
+        module
+    )?)?;
+    module.add_function(pyo3::wrap_pyfunction!(
+        settings::check_compress_types,
         module
     )?)?;
     Ok(())

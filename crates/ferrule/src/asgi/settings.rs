@@ -7,6 +7,8 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use crate::compress::Policy;
+
 use super::access_format::AccessFormat;
 use super::proxy::{Forwarded, TrustedProxies};
 
@@ -42,6 +44,10 @@ pub struct Settings {
     pub access_log_format: Option<AccessFormat>,
     /// Whether responses say `server: ferrule` (unless the app set a `server` header).
     pub server_header: bool,
+    /// `--compress` and its companions: which responses are compressed, and with what;
+    /// `None` when it is off. `Config.compression` gathers the three settings.
+    #[pyo3(from_py_with = read::compression)]
+    pub compression: Option<Policy>,
     /// Whether hyper adds a `date` header to responses that lack one.
     pub date_header: bool,
     /// `--header NAME:VALUE`: added to every response.
@@ -143,6 +149,15 @@ impl Settings {
     }
 }
 
+/// Checks `--compress-types` as the server will read it: a ValueError naming the entry that is
+/// not a media type pattern.
+#[pyfunction]
+pub fn check_compress_types(types: Vec<String>) -> PyResult<()> {
+    crate::compress::MediaTypes::parse(&types)
+        .map(drop)
+        .map_err(PyValueError::new_err)
+}
+
 /// The smallest request head limit: hyper's read buffer (twice the limit) cannot be smaller
 /// than 8 KiB.
 pub const MIN_HEAD_SIZE: usize = 4096;
@@ -207,6 +222,7 @@ mod read {
     use super::{optional_seconds, AccessFormat, HttpVersions, ProxyProtocol, MIN_HEAD_SIZE};
     use crate::asgi::levels::TRACE;
     use crate::asgi::proxy::TrustedProxies;
+    use crate::compress::{Coding, Compression, MediaTypes, Policy};
 
     /// `log_level_number`: whether it is at or below uvicorn's TRACE.
     pub fn at_trace(value: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -271,6 +287,37 @@ mod read {
         }
     }
 
+    /// `None`, or the codings (name, level), the minimum size and the content types.
+    pub fn compression(value: &Bound<'_, PyAny>) -> PyResult<Option<Policy>> {
+        type Given = (Vec<(String, u32)>, u64, Vec<String>);
+        let Some((codings, min_size, types)) = value.extract::<Option<Given>>()? else {
+            return Ok(None);
+        };
+        let codings = codings
+            .into_iter()
+            .map(|(name, level)| {
+                let coding = Coding::from_name(&name).ok_or_else(|| {
+                    PyValueError::new_err(format!("compress: unknown coding {name:?}"))
+                })?;
+                let (low, high, _) = coding.levels();
+                if !(low..=high).contains(&level) {
+                    return Err(PyValueError::new_err(format!(
+                        "compress: {name}'s level must be {low} to {high}, not {level}"
+                    )));
+                }
+                Ok(Compression { coding, level })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let types = MediaTypes::parse(&types)
+            .map_err(|problem| PyValueError::new_err(format!("compress_types: {problem}")))?;
+        Ok(Some(Policy {
+            codings,
+            min_size,
+            types,
+        })
+        .filter(|policy| !policy.codings.is_empty()))
+    }
+
     pub fn http(value: &Bound<'_, PyAny>) -> PyResult<HttpVersions> {
         HttpVersions::from_option(&value.extract::<String>()?)
     }
@@ -319,6 +366,7 @@ mod read {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compress::{Coding, Compression};
     use pyo3::exceptions::PyTypeError;
     use pyo3::types::PyDict;
 
@@ -337,7 +385,7 @@ settings = dict(
     ws_max_queue=32, ws_ping_interval=20.0, ws_ping_timeout=0, ws_per_message_deflate=True,
     max_requests=None, max_requests_stops=True, timeout_graceful_shutdown=None,
     reset_contextvars=False, http2_max_concurrent_streams=50, log_level_number=20,
-    http3=False, proxy_protocol="v2",
+    http3=False, proxy_protocol="v2", compression=None,
 )
 settings.update({changes})
 config = types.SimpleNamespace(**settings)
@@ -362,6 +410,21 @@ config = types.SimpleNamespace(**settings)
             assert_eq!(settings.headers[0].1, "1");
             assert!(settings.http.h1 && !settings.http.h2);
             assert_eq!(settings.proxy_protocol, ProxyProtocol::V2);
+            assert!(settings.compression.is_none());
+            let config = config(
+                py,
+                "compression=([('zstd', 3), ('gzip', 9)], 100, ['text/*'])",
+            );
+            let policy = Settings::from_config(&config).unwrap().compression.unwrap();
+            assert_eq!(
+                policy.codings[1],
+                Compression {
+                    coding: Coding::Gzip,
+                    level: 9
+                }
+            );
+            assert_eq!(policy.min_size, 100);
+            assert!(policy.types.matches(b"text/css"));
             assert_eq!(settings.ws_ping_interval, Some(Duration::from_secs(20)));
             // 0 means none, as None does.
             assert_eq!(settings.ws_ping_timeout, None);
@@ -412,6 +475,18 @@ config = types.SimpleNamespace(**settings)
                 (
                     "access_log_format='%(zz)s'",
                     "access_log_format: unknown atom %(zz)s",
+                ),
+                (
+                    "compression=([('lz4', 1)], 500, [])",
+                    r#"compress: unknown coding "lz4""#,
+                ),
+                (
+                    "compression=([('gzip', 12)], 500, [])",
+                    "compress: gzip's level must be 1 to 9, not 12",
+                ),
+                (
+                    "compression=([('br', 4)], 500, ['json'])",
+                    "compress_types: \"json\" is not a media type",
                 ),
                 (
                     "max_head_size=100",

@@ -10,6 +10,7 @@ use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use tokio::sync::{mpsc, Notify};
 
+use super::encoded_body::EncodedBody;
 use super::streams::OpenStream;
 
 /// Chunks smaller than this that wait in the channel together are joined into one frame:
@@ -19,10 +20,12 @@ pub(super) const JOIN_BELOW: usize = 4 * 1024;
 /// The most a joined frame holds (HTTP/2's default frame size).
 const JOINED_MAX: usize = 16 * 1024;
 
-/// The response body hyper polls: all at once, or streamed from the app through a channel.
+/// The response body hyper polls: all at once, streamed from the app through a channel, or
+/// either compressed as hyper takes it (`--compress`).
 pub enum ResponseBody {
     Full(Option<Bytes>),
     Stream(StreamBody),
+    Encoded(Box<EncodedBody<ResponseBody>>),
 }
 
 /// Where a streamed body comes from (the request's exchange): what the two sides share, and
@@ -90,15 +93,17 @@ impl ResponseBody {
         ResponseBody::Full(Some(body))
     }
 
-    /// Whether the body comes from the app in chunks (not all at once).
+    /// Whether the body goes out in chunks of no declared length (not all at once).
     pub fn is_streamed(&self) -> bool {
-        matches!(self, ResponseBody::Stream(_))
+        !matches!(self, ResponseBody::Full(_))
     }
 
     /// Keeps `open_stream` until a streamed body ends (a whole one is out at once).
     pub fn hold(&mut self, open_stream: OpenStream) {
-        if let ResponseBody::Stream(stream) = self {
-            stream.open_stream = Some(open_stream);
+        match self {
+            ResponseBody::Stream(stream) => stream.open_stream = Some(open_stream),
+            ResponseBody::Encoded(encoded) => encoded.inner_mut().hold(open_stream),
+            ResponseBody::Full(_) => {}
         }
     }
 
@@ -137,6 +142,13 @@ impl std::fmt::Display for ResponseAborted {
 }
 
 impl std::error::Error for ResponseAborted {}
+
+/// A compressor that failed mid-body (`EncodedBody`) ends it as an app failing would.
+impl From<std::io::Error> for ResponseAborted {
+    fn from(_: std::io::Error) -> Self {
+        ResponseAborted
+    }
+}
 
 impl Body for ResponseBody {
     type Data = Bytes;
@@ -183,6 +195,7 @@ impl Body for ResponseBody {
                 }
                 Poll::Pending => Poll::Pending,
             },
+            ResponseBody::Encoded(encoded) => Pin::new(encoded.as_mut()).poll_frame(cx),
         }
     }
 
@@ -190,6 +203,7 @@ impl Body for ResponseBody {
         match self {
             ResponseBody::Full(body) => body.as_ref().is_none_or(Bytes::is_empty),
             ResponseBody::Stream(stream) => stream.ended,
+            ResponseBody::Encoded(encoded) => encoded.is_end_stream(),
         }
     }
 
@@ -198,7 +212,7 @@ impl Body for ResponseBody {
             ResponseBody::Full(body) => {
                 SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))
             }
-            ResponseBody::Stream(_) => SizeHint::default(),
+            ResponseBody::Stream(_) | ResponseBody::Encoded(_) => SizeHint::default(),
         }
     }
 }

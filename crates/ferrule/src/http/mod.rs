@@ -9,19 +9,23 @@
 //! - `callables`: the ASGI `receive` / `send` callables (`HttpReceive`, `HttpSend`);
 //! - `incoming`: `IncomingBody`, a request body from hyper or from an HTTP/3 stream;
 //! - `body`: `ResponseBody`, the response body hyper polls (fed through `BodySource`);
+//! - `compression`: `--compress` applied to a response on its way to hyper;
+//! - `encoded_body`: `EncodedBody`, a response body compressed as hyper polls it;
 //! - `upgrade`: whether a request asks to become a WebSocket, and `Upgrader`, the transport's
 //!   way to serve it;
 //! - `app_done`: what happens when the app's coroutine finishes;
 //! - `access_log`: the access log line.
 //!
-//! It builds on `asgi` and `bridge`; an upgrade request goes to the connection's `Upgrader`.
+//! It builds on `asgi`, `compress` and `bridge`; an upgrade request goes to the connection's `Upgrader`.
 
 mod access_log;
 mod app_calls;
 mod app_done;
 mod body;
 mod callables;
+mod compression;
 mod connection;
+mod encoded_body;
 mod exchange;
 mod heads;
 mod incoming;

@@ -20,12 +20,14 @@ use crate::asgi::scope::build_scope;
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
 use crate::bridge::{trace, Completion};
+use crate::compress::Accepted;
 use crate::metrics::{Protocol, WorkerMetrics};
 
 use super::app_calls::AppCall;
 use super::app_done::on_app_done;
 use super::body::ResponseBody;
 use super::callables::{HttpReceive, HttpSend};
+use super::compression::compress;
 use super::connection::Connection;
 use super::exchange::{Exchange, RequestHead};
 use super::incoming::IncomingBody;
@@ -139,6 +141,8 @@ struct Started {
     /// Until the response's last byte: a streamed body takes it over.
     open_stream: OpenStream,
     http10: bool,
+    /// What the request's `Accept-Encoding` allows, when `--compress` is on.
+    accepted: Option<Accepted>,
 }
 
 impl Started {
@@ -148,6 +152,9 @@ impl Started {
             .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, settings));
         self.guard.0 = None;
         drop(self.exchange.take_spent_head());
+        if let Some((policy, accepted)) = settings.compression.as_ref().zip(self.accepted) {
+            compress(&mut response, policy, accepted, self.exchange.head_request);
+        }
         if self.http10
             && response.body().is_streamed()
             && !response.headers().contains_key(CONTENT_LENGTH)
@@ -290,6 +297,10 @@ fn start(
             .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"));
     // Here, without the GIL: the scope and the access line both need it.
     let forwarded = conn.info.forwarded(&parts.headers, settings);
+    let accepted = settings
+        .compression
+        .as_ref()
+        .map(|policy| policy.accepted(&parts.headers));
     let exchange = Arc::new(Exchange::new(
         server.clone(),
         head_tx,
@@ -347,6 +358,7 @@ fn start(
         guard,
         open_stream,
         http10,
+        accepted,
     }
 }
 
