@@ -11,6 +11,7 @@
 //! asgi         what the protocols share: settings, Python handles, live state, the scope
 //! metrics      the Prometheus counts each worker adds to and the parent encodes
 //! compress     response compression: codings, negotiation, encoders (no server state)
+//! statics      static files: mounts, ranges, validators, media types (no server state)
 //! bridge       drives coroutines; knows nothing of ASGI
 //! ```
 //!
@@ -22,5 +23,6 @@ pub mod compress;
 pub mod h3;
 pub mod http;
 pub mod metrics;
+pub mod statics;
 pub mod tcp;
 pub mod ws;

@@ -1,0 +1,203 @@
+//! `StaticFiles` and `Mount`: the directories served under routes, and the file a request's
+//! path names in one, refusing any path that would step outside it.
+
+use std::fs::{File, Metadata};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// `--static-path-*`: what is served, and how.
+pub struct StaticFiles {
+    pub mounts: Vec<Mount>,
+    /// Served for a request that names a directory (`--static-path-dir-to-file`).
+    pub dir_to_file: Option<String>,
+    /// `Cache-Control: public, max-age=N`; `None` for no such header.
+    pub max_age: Option<u64>,
+    /// Whether `NAME.br`, `NAME.zst` or `NAME.gz` beside a file is sent in its place.
+    pub precompressed: bool,
+    /// Whether a request for a file that is not there goes to the app (else a 404).
+    pub fallthrough: bool,
+}
+
+/// A directory served under a route.
+pub struct Mount {
+    /// The URL prefix, without a trailing slash (empty for `/`).
+    route: String,
+    /// The directory, canonical (symbolic links resolved), as every file served is checked
+    /// to lie under it.
+    root: PathBuf,
+}
+
+/// What a request's path comes to.
+pub enum Lookup {
+    /// Under no route: the app's.
+    NotStatic,
+    /// A path that would step out of the mount (`..`, a NUL, a backslash), however encoded.
+    Refused,
+    /// Under a route, but no regular file in the mount (or one out of it, by a link).
+    Missing,
+    /// Boxed: a file and its metadata are most of the enum's size.
+    Found(Box<Opened>),
+}
+
+/// A file opened for serving.
+pub struct Opened {
+    pub file: File,
+    pub meta: Metadata,
+    pub path: PathBuf,
+}
+
+impl Mount {
+    /// `root` must be a directory; it is resolved now, once.
+    pub fn new(route: &str, root: &Path) -> Result<Mount, String> {
+        let root = std::fs::canonicalize(root)
+            .ok()
+            .filter(|root| root.is_dir())
+            .ok_or_else(|| format!("{} is not a directory", root.display()))?;
+        let route = route.trim_end_matches('/').to_owned();
+        Ok(Mount { route, root })
+    }
+
+    /// The path under this mount's route, still percent-encoded: `None` if not under it.
+    fn rest<'a>(&self, path: &'a str) -> Option<&'a str> {
+        let rest = path.strip_prefix(&self.route)?;
+        (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+    }
+}
+
+impl StaticFiles {
+    /// Finds and opens the file a request's path (as sent, percent-encoded) names.
+    pub fn lookup(&self, path: &str) -> Lookup {
+        let Some((mount, rest)) = self
+            .mounts
+            .iter()
+            .find_map(|mount| mount.rest(path).map(|rest| (mount, rest)))
+        else {
+            return Lookup::NotStatic;
+        };
+        let decoded: Vec<u8> = percent_encoding::percent_decode_str(rest).collect();
+        let mut candidate = mount.root.clone();
+        for segment in decoded.split(|&b| b == b'/') {
+            let refused =
+                matches!(segment, b"." | b"..") || segment.contains(&0) || segment.contains(&b'\\');
+            if refused {
+                return Lookup::Refused;
+            }
+            if !segment.is_empty() {
+                candidate.push(std::ffi::OsStr::from_bytes(segment));
+            }
+        }
+        let Some(mut opened) = open_under(&mount.root, &candidate) else {
+            return Lookup::Missing;
+        };
+        if opened.meta.is_dir() {
+            let Some(index) = &self.dir_to_file else {
+                return Lookup::Missing;
+            };
+            match open_under(&mount.root, &opened.path.join(index)) {
+                Some(file) => opened = file,
+                None => return Lookup::Missing,
+            }
+        }
+        if opened.meta.is_file() {
+            Lookup::Found(Box::new(opened))
+        } else {
+            Lookup::Missing
+        }
+    }
+
+    /// The file beside `opened` with `suffix` added to its name (`.br`), if it is a regular
+    /// file in the same mount.
+    pub fn variant(&self, opened: &Opened, suffix: &str) -> Option<Opened> {
+        let mut name = opened.path.clone().into_os_string();
+        name.push(suffix);
+        let root = self
+            .mounts
+            .iter()
+            .map(|mount| &mount.root)
+            .find(|root| opened.path.starts_with(root))?;
+        open_under(root, Path::new(&name)).filter(|variant| variant.meta.is_file())
+    }
+}
+
+/// Opens `candidate` if it resolves (its links followed) to a path under `root`. Opened
+/// without blocking, so that a FIFO cannot hold the thread; what it is, is then asked of the
+/// open file itself, so that it cannot change between the check and the read.
+fn open_under(root: &Path, candidate: &Path) -> Option<Opened> {
+    let path = std::fs::canonicalize(candidate).ok()?;
+    if !path.starts_with(root) {
+        return None;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    Some(Opened { file, meta, path })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn served(dir: &Path) -> StaticFiles {
+        StaticFiles {
+            mounts: vec![Mount::new("/static/", dir).unwrap()],
+            dir_to_file: Some("index.html".into()),
+            max_age: None,
+            precompressed: false,
+            fallthrough: false,
+        }
+    }
+
+    fn found(files: &StaticFiles, path: &str) -> Option<PathBuf> {
+        match files.lookup(path) {
+            Lookup::Found(opened) => Some(opened.path),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_path_under_the_route_names_a_file_of_the_mount() {
+        let dir = std::env::temp_dir().join(format!("ferrule-mount-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/a b.txt"), b"x").unwrap();
+        std::fs::write(dir.join("index.html"), b"i").unwrap();
+        let files = served(&dir);
+        let root = std::fs::canonicalize(&dir).unwrap();
+        assert_eq!(
+            found(&files, "/static/sub/a%20b.txt"),
+            Some(root.join("sub/a b.txt"))
+        );
+        assert_eq!(
+            found(&files, "/static//sub//a%20b.txt"),
+            Some(root.join("sub/a b.txt"))
+        );
+        assert_eq!(found(&files, "/static/"), Some(root.join("index.html")));
+        assert_eq!(found(&files, "/static"), Some(root.join("index.html")));
+        assert!(matches!(files.lookup("/staticx/a"), Lookup::NotStatic));
+        assert!(matches!(files.lookup("/other"), Lookup::NotStatic));
+        assert!(matches!(files.lookup("/static/nope"), Lookup::Missing));
+        assert!(matches!(files.lookup("/static/sub"), Lookup::Missing));
+        for refused in [
+            "/static/../etc/passwd",
+            "/static/%2e%2e/x",
+            "/static/sub/..%2f..%2fx",
+            "/static/a%00b",
+            "/static/a%5cb",
+            "/static/./index.html",
+        ] {
+            assert!(
+                matches!(files.lookup(refused), Lookup::Refused),
+                "{refused}"
+            );
+        }
+        std::os::unix::fs::symlink("/etc", dir.join("out")).unwrap();
+        assert!(matches!(
+            files.lookup("/static/out/hostname"),
+            Lookup::Missing
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
