@@ -149,6 +149,14 @@ def compress_types(value: list[str] | str) -> list[str]:
     return types
 
 
+def routes(value: list[str] | str) -> list[str]:
+    routes = as_list(value)
+    for route in routes:
+        if not route.startswith("/"):
+            raise ValueError(f"a route is a URL path beginning with '/', not {route!r}")
+    return routes
+
+
 def directories(value: list[str] | str | None) -> list[str]:
     directories = as_list(value)
     for directory in directories:

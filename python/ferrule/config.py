@@ -92,6 +92,13 @@ class Config:
             raise SettingError(BY_NAME["http3"], problem)
         if self.http3 and self.uds:
             raise SettingError(BY_NAME["http3"], "HTTP/3 is served on UDP, not on a Unix socket")
+        routes, mounts = self.static_path_route, self.static_path_mount
+        if mounts and len(routes) != len(mounts):
+            problem = (
+                f"{len(mounts)} mounts need as many routes (--static-path-route for each "
+                f"--static-path-mount, in the same order), not {len(routes)}"
+            )
+            raise SettingError(BY_NAME["static_path_route"], problem)
         self._max_requests: int | None = None
         # Applied now, as uvicorn's Config does: handlers a program or a test then adds to the
         # uvicorn loggers are not swept away when the server starts. A broken one stops the
@@ -198,6 +205,21 @@ class Config:
         codings = [item.split(":") for item in self.compress.split(",")]
         pairs = [(name, int(level)) for name, level in codings]
         return pairs, self.compress_min_size, self.compress_types
+
+    @property
+    def static_files(self) -> tuple[list[tuple[str, str]], str | None, int, bool, bool] | None:
+        """The ``static_path_*`` settings as the server core reads them: ``None`` when no
+        directory is mounted, else the (route, directory) pairs, the directory file, the
+        max-age, and the precompressed and fall-through switches."""
+        if not self.static_path_mount:
+            return None
+        return (
+            list(zip(self.static_path_route, self.static_path_mount, strict=True)),
+            self.static_path_dir_to_file,
+            self.static_path_expires,
+            self.static_path_precompressed,
+            self.static_path_fallthrough,
+        )
 
     @property
     def websockets(self) -> bool:

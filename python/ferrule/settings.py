@@ -39,6 +39,7 @@ GROUPS = {
     "logging": "Logging",
     "proxies": "Proxies and response headers",
     "compression": "Response compression",
+    "static": "Static files",
     "tls": "TLS",
     "websockets": "WebSockets",
     "http": "HTTP versions",
@@ -519,6 +520,67 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="TYPES",
         default_text=", ".join(checks.DEFAULT_COMPRESS_TYPES),
         check=checks.compress_types,
+        uvicorn=False,
+    ),
+    # Static files
+    Setting(
+        "static_path_mount",
+        "static",
+        [],
+        "A directory whose files are served, without entering Python, under the "
+        "--static-path-route at the same position (repeatable). Symbolic links that lead out "
+        "of it, '..', NUL and backslashes in paths are refused.",
+        form="list",
+        metavar="DIR",
+        check=checks.directories,
+        uvicorn=False,
+    ),
+    Setting(
+        "static_path_route",
+        "static",
+        ["/static"],
+        "The URL prefix of the --static-path-mount at the same position (repeatable).",
+        form="list",
+        metavar="ROUTE",
+        check=checks.routes,
+        default_text="/static",
+        uvicorn=False,
+    ),
+    Setting(
+        "static_path_dir_to_file",
+        "static",
+        None,
+        "The file served for a request that names a directory (as index.html); without it a "
+        "directory is not found.",
+        metavar="FILE",
+        uvicorn=False,
+    ),
+    Setting(
+        "static_path_expires",
+        "static",
+        86400,
+        "Cache-Control: public, max-age=SECONDS on static files; 0 sends none.",
+        type=int,
+        metavar="SECONDS",
+        check=checks.at_least(0),
+        uvicorn=False,
+    ),
+    Setting(
+        "static_path_precompressed",
+        "static",
+        False,
+        "Send NAME.br, NAME.zst or NAME.gz in place of NAME when it is there and the client "
+        "accepts its coding (brotli first when it weighs them alike).",
+        form="switch",
+        uvicorn=False,
+    ),
+    Setting(
+        "static_path_fallthrough",
+        "static",
+        False,
+        "Hand a request for a file that is not in the mount to the app (which can then answer "
+        "its own 404 page), instead of answering 404.",
+        form="switch",
         uvicorn=False,
     ),
     # TLS

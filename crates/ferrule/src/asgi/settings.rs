@@ -8,6 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::compress::Policy;
+use crate::statics::StaticFiles;
 
 use super::access_format::AccessFormat;
 use super::proxy::{Forwarded, TrustedProxies};
@@ -48,6 +49,10 @@ pub struct Settings {
     /// `None` when it is off. `Config.compression` gathers the three settings.
     #[pyo3(from_py_with = read::compression)]
     pub compression: Option<Policy>,
+    /// `--static-path-*`: the directories served before the app; `None` when none is mounted.
+    /// `Config.static_files` gathers the settings.
+    #[pyo3(from_py_with = read::static_files)]
+    pub static_files: Option<StaticFiles>,
     /// Whether hyper adds a `date` header to responses that lack one.
     pub date_header: bool,
     /// `--header NAME:VALUE`: added to every response.
@@ -223,6 +228,7 @@ mod read {
     use crate::asgi::levels::TRACE;
     use crate::asgi::proxy::TrustedProxies;
     use crate::compress::{Coding, Compression, MediaTypes, Policy};
+    use crate::statics::{Mount, StaticFiles};
 
     /// `log_level_number`: whether it is at or below uvicorn's TRACE.
     pub fn at_trace(value: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -318,6 +324,35 @@ mod read {
         .filter(|policy| !policy.codings.is_empty()))
     }
 
+    /// `None`, or the (route, directory) pairs, the directory's file, the max-age (0: none),
+    /// and the precompressed and fall-through switches.
+    pub fn static_files(value: &Bound<'_, PyAny>) -> PyResult<Option<StaticFiles>> {
+        type Given = (
+            Vec<(String, std::path::PathBuf)>,
+            Option<String>,
+            u64,
+            bool,
+            bool,
+        );
+        let Some((mounts, dir_to_file, max_age, precompressed, fallthrough)) =
+            value.extract::<Option<Given>>()?
+        else {
+            return Ok(None);
+        };
+        let mounts = mounts
+            .iter()
+            .map(|(route, dir)| Mount::new(route, dir))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|problem| PyValueError::new_err(format!("static_path_mount: {problem}")))?;
+        Ok(Some(StaticFiles {
+            mounts,
+            dir_to_file,
+            max_age: Some(max_age).filter(|&age| age > 0),
+            precompressed,
+            fallthrough,
+        }))
+    }
+
     pub fn http(value: &Bound<'_, PyAny>) -> PyResult<HttpVersions> {
         HttpVersions::from_option(&value.extract::<String>()?)
     }
@@ -385,7 +420,7 @@ settings = dict(
     ws_max_queue=32, ws_ping_interval=20.0, ws_ping_timeout=0, ws_per_message_deflate=True,
     max_requests=None, max_requests_stops=True, timeout_graceful_shutdown=None,
     reset_contextvars=False, http2_max_concurrent_streams=50, log_level_number=20,
-    http3=False, proxy_protocol="v2", compression=None,
+    http3=False, proxy_protocol="v2", compression=None, static_files=None,
 )
 settings.update({changes})
 config = types.SimpleNamespace(**settings)

@@ -11,6 +11,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::sync::{mpsc, Notify};
 
 use super::encoded_body::EncodedBody;
+use super::file_body::FileBody;
 use super::streams::OpenStream;
 
 /// Chunks smaller than this that wait in the channel together are joined into one frame:
@@ -20,11 +21,12 @@ pub(super) const JOIN_BELOW: usize = 4 * 1024;
 /// The most a joined frame holds (HTTP/2's default frame size).
 const JOINED_MAX: usize = 16 * 1024;
 
-/// The response body hyper polls: all at once, streamed from the app through a channel, or
-/// either compressed as hyper takes it (`--compress`).
+/// The response body hyper polls: all at once, streamed from the app through a channel, a
+/// static file read as hyper takes it, or any of them compressed on the way (`--compress`).
 pub enum ResponseBody {
     Full(Option<Bytes>),
     Stream(StreamBody),
+    File(FileBody),
     Encoded(Box<EncodedBody<ResponseBody>>),
 }
 
@@ -93,9 +95,9 @@ impl ResponseBody {
         ResponseBody::Full(Some(body))
     }
 
-    /// Whether the body goes out in chunks of no declared length (not all at once).
+    /// Whether the body goes out in chunks as the app sends them, of no length known ahead.
     pub fn is_streamed(&self) -> bool {
-        !matches!(self, ResponseBody::Full(_))
+        matches!(self, ResponseBody::Stream(_) | ResponseBody::Encoded(_))
     }
 
     /// Keeps `open_stream` until a streamed body ends (a whole one is out at once).
@@ -103,7 +105,7 @@ impl ResponseBody {
         match self {
             ResponseBody::Stream(stream) => stream.open_stream = Some(open_stream),
             ResponseBody::Encoded(encoded) => encoded.inner_mut().hold(open_stream),
-            ResponseBody::Full(_) => {}
+            ResponseBody::Full(_) | ResponseBody::File(_) => {}
         }
     }
 
@@ -143,7 +145,8 @@ impl std::fmt::Display for ResponseAborted {
 
 impl std::error::Error for ResponseAborted {}
 
-/// A compressor that failed mid-body (`EncodedBody`) ends it as an app failing would.
+/// A compressor (`EncodedBody`) or a file's read (`FileBody`) that failed mid-body ends it as
+/// an app failing would: hyper closes the connection.
 impl From<std::io::Error> for ResponseAborted {
     fn from(_: std::io::Error) -> Self {
         ResponseAborted
@@ -195,6 +198,9 @@ impl Body for ResponseBody {
                 }
                 Poll::Pending => Poll::Pending,
             },
+            ResponseBody::File(file) => file
+                .poll_chunk(cx)
+                .map(|frame| frame.map(|frame| frame.map_err(ResponseAborted::from))),
             ResponseBody::Encoded(encoded) => Pin::new(encoded.as_mut()).poll_frame(cx),
         }
     }
@@ -203,6 +209,7 @@ impl Body for ResponseBody {
         match self {
             ResponseBody::Full(body) => body.as_ref().is_none_or(Bytes::is_empty),
             ResponseBody::Stream(stream) => stream.ended,
+            ResponseBody::File(file) => file.remaining() == 0,
             ResponseBody::Encoded(encoded) => encoded.is_end_stream(),
         }
     }
@@ -212,6 +219,7 @@ impl Body for ResponseBody {
             ResponseBody::Full(body) => {
                 SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))
             }
+            ResponseBody::File(file) => SizeHint::with_exact(file.remaining()),
             ResponseBody::Stream(_) | ResponseBody::Encoded(_) => SizeHint::default(),
         }
     }

@@ -11,12 +11,14 @@
 //! - `body`: `ResponseBody`, the response body hyper polls (fed through `BodySource`);
 //! - `compression`: `--compress` applied to a response on its way to hyper;
 //! - `encoded_body`: `EncodedBody`, a response body compressed as hyper polls it;
+//! - `static_files`: a request under a static route, answered from its mount before the app;
+//! - `file_body`: `FileBody`, a static file's bytes, read as hyper takes them;
 //! - `upgrade`: whether a request asks to become a WebSocket, and `Upgrader`, the transport's
 //!   way to serve it;
 //! - `app_done`: what happens when the app's coroutine finishes;
 //! - `access_log`: the access log line.
 //!
-//! It builds on `asgi`, `compress` and `bridge`; an upgrade request goes to the connection's `Upgrader`.
+//! It builds on `asgi`, `compress`, `statics` and `bridge`; an upgrade request goes to the connection's `Upgrader`.
 
 mod access_log;
 mod app_calls;
@@ -27,9 +29,11 @@ mod compression;
 mod connection;
 mod encoded_body;
 mod exchange;
+mod file_body;
 mod heads;
 mod incoming;
 mod request;
+mod static_files;
 mod streams;
 mod upgrade;
 

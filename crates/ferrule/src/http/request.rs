@@ -31,6 +31,7 @@ use super::compression::compress;
 use super::connection::Connection;
 use super::exchange::{Exchange, RequestHead};
 use super::incoming::IncomingBody;
+use super::static_files::serve_static;
 use super::streams::OpenStream;
 use super::upgrade::{is_upgrade, Upgrader};
 
@@ -202,6 +203,13 @@ fn begin(
     };
     if let Some(response) = server_answer(&request, raw_head.as_ref(), upgrader.is_some(), server) {
         return answer(response);
+    }
+    if let Some(files) = &server.settings.static_files {
+        let handle = &server.bridge.handle;
+        if let Some(response) = serve_static(&request, files, &server.settings, handle) {
+            server.state.request_finished();
+            return answer(response);
+        }
     }
     if let Some(upgrader) = upgrader.filter(|_| is_upgrade(&request)) {
         // An upgrade is HTTP/1.1's or HTTP/2's (`is_upgrade`): hyper's body, always.

@@ -1,0 +1,220 @@
+//! `serve_static`: a request under a `--static-path-route`, answered from its mount before the
+//! app is called (never entering Python).
+
+use std::io::Read;
+
+use bytes::Bytes;
+use http::header::{
+    ACCEPT_ENCODING, ACCEPT_RANGES, ALLOW, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH,
+    CONTENT_RANGE, CONTENT_TYPE, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, IF_RANGE, LAST_MODIFIED,
+    RANGE, VARY,
+};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+
+use crate::asgi::responses::plain_response;
+use crate::asgi::settings::Settings;
+use crate::compress::{Accepted, Coding, Compression};
+use crate::statics::{media_type, ByteRange, Lookup, Opened, StaticFiles, Validators};
+
+use super::body::ResponseBody;
+use super::compression::compress;
+use super::file_body::FileBody;
+use super::incoming::IncomingBody;
+
+/// Files (or ranges) up to this size are read at once, here; larger ones as hyper sends them.
+const READ_AT_ONCE: u64 = 128 * 1024;
+
+/// The precompressed variants looked for beside a file, in the order preferred when the
+/// client weighs them alike: each coding and its file name suffix (levels are the files').
+const VARIANTS: [(Compression, &str); 3] = [
+    (
+        Compression {
+            coding: Coding::Br,
+            level: 0,
+        },
+        ".br",
+    ),
+    (
+        Compression {
+            coding: Coding::Zstd,
+            level: 0,
+        },
+        ".zst",
+    ),
+    (
+        Compression {
+            coding: Coding::Gzip,
+            level: 0,
+        },
+        ".gz",
+    ),
+];
+
+/// The answer to a request under a static route, or `None` for the app's (not under one, or
+/// not found with `--static-path-fallthrough`).
+pub(super) fn serve_static(
+    request: &Request<IncomingBody>,
+    files: &StaticFiles,
+    settings: &Settings,
+    handle: &tokio::runtime::Handle,
+) -> Option<Response<ResponseBody>> {
+    let opened = match files.lookup(request.uri().path()) {
+        Lookup::NotStatic => return None,
+        Lookup::Refused => return Some(plain_response(StatusCode::BAD_REQUEST, settings)),
+        Lookup::Missing if files.fallthrough => return None,
+        Lookup::Missing => return Some(plain_response(StatusCode::NOT_FOUND, settings)),
+        Lookup::Found(opened) => *opened,
+    };
+    let head = request.method() == Method::HEAD;
+    if !head && request.method() != Method::GET {
+        if files.fallthrough {
+            return None;
+        }
+        let mut response = plain_response(StatusCode::METHOD_NOT_ALLOWED, settings);
+        response
+            .headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return Some(response);
+    }
+    let asked = request.headers();
+    let content_type = media_type(&opened.path);
+    let (opened, coding) = match files.precompressed {
+        true => precompressed(files, opened, asked),
+        false => (opened, None),
+    };
+    let size = opened.meta.len();
+    let modified = opened.meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+    let tag = coding.map_or(String::new(), |coding| format!("-{}", coding.name()));
+    let validators = Validators::new(modified, size, &tag);
+
+    let mut headers = HeaderMap::with_capacity(10);
+    headers.insert(ETAG, validators.etag.clone());
+    headers.insert(LAST_MODIFIED, validators.last_modified.clone());
+    if let Some(max_age) = files.max_age {
+        let value = format!("public, max-age={max_age}");
+        headers.insert(
+            CACHE_CONTROL,
+            HeaderValue::from_str(&value).expect("digits"),
+        );
+    }
+    if files.precompressed {
+        headers.insert(VARY, HeaderValue::from_static("accept-encoding"));
+    }
+    if let Some(coding) = coding {
+        headers.insert(CONTENT_ENCODING, coding.header_value());
+    }
+    let not_modified = validators.not_modified(
+        asked.get(IF_NONE_MATCH).map(HeaderValue::as_bytes),
+        asked.get(IF_MODIFIED_SINCE).map(HeaderValue::as_bytes),
+    );
+    if not_modified {
+        return Some(answer(
+            StatusCode::NOT_MODIFIED,
+            headers,
+            ResponseBody::full(Bytes::new()),
+            settings,
+        ));
+    }
+    headers.insert(CONTENT_TYPE, content_type);
+    headers.insert(ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    let range = if !head && validators.range_applies(asked.get(IF_RANGE).map(HeaderValue::as_bytes))
+    {
+        ByteRange::of(asked.get(RANGE).map(HeaderValue::as_bytes), size)
+    } else {
+        ByteRange::Whole
+    };
+    let (status, start, length) = match range {
+        ByteRange::Whole => (StatusCode::OK, 0, size),
+        ByteRange::Part(start, end) => {
+            let value = format!("bytes {start}-{end}/{size}");
+            headers.insert(
+                CONTENT_RANGE,
+                HeaderValue::from_str(&value).expect("digits"),
+            );
+            (StatusCode::PARTIAL_CONTENT, start, end - start + 1)
+        }
+        ByteRange::Unsatisfiable => {
+            let value = format!("bytes */{size}");
+            let mut response = plain_response(StatusCode::RANGE_NOT_SATISFIABLE, settings);
+            let headers = response.headers_mut();
+            headers.insert(
+                CONTENT_RANGE,
+                HeaderValue::from_str(&value).expect("digits"),
+            );
+            return Some(response);
+        }
+    };
+    headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+    let body = if head {
+        ResponseBody::full(Bytes::new())
+    } else if length <= READ_AT_ONCE {
+        match read_part(opened.file, start, length) {
+            Ok(bytes) => ResponseBody::full(bytes),
+            Err(_) => return Some(plain_response(StatusCode::INTERNAL_SERVER_ERROR, settings)),
+        }
+    } else {
+        ResponseBody::File(FileBody::spawn(opened.file, start, length, handle))
+    };
+    let mut response = answer(status, headers, body, settings);
+    if let Some(policy) = settings.compression.as_ref().filter(|_| coding.is_none()) {
+        let accepted = policy.accepted(asked);
+        compress(&mut response, policy, accepted, head);
+    }
+    Some(response)
+}
+
+fn answer(
+    status: StatusCode,
+    headers: HeaderMap,
+    body: ResponseBody,
+    settings: &Settings,
+) -> Response<ResponseBody> {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    settings.add_default_headers(response.headers_mut());
+    response
+}
+
+/// The precompressed variant the client takes, if one is beside the file: the one it weighs
+/// most, then the next when that file is not there.
+fn precompressed(
+    files: &StaticFiles,
+    opened: Opened,
+    asked: &HeaderMap,
+) -> (Opened, Option<Coding>) {
+    let mut offered: Vec<Compression> = VARIANTS.iter().map(|(c, _)| *c).collect();
+    while !offered.is_empty() {
+        let lines = asked
+            .get_all(ACCEPT_ENCODING)
+            .iter()
+            .map(HeaderValue::as_bytes);
+        let Some(chosen) = Accepted::negotiate(lines, &offered).chosen else {
+            break;
+        };
+        let suffix = VARIANTS
+            .iter()
+            .find(|(c, _)| *c == chosen)
+            .map(|(_, s)| *s)
+            .unwrap_or("");
+        if let Some(variant) = files.variant(&opened, suffix) {
+            return (variant, Some(chosen.coding));
+        }
+        offered.retain(|c| *c != chosen);
+    }
+    (opened, None)
+}
+
+/// `length` bytes of the file from `start`, read now (a small file, from the page cache).
+fn read_part(mut file: std::fs::File, start: u64, length: u64) -> std::io::Result<Bytes> {
+    use std::io::{Seek, SeekFrom};
+    if start > 0 {
+        file.seek(SeekFrom::Start(start))?;
+    }
+    let mut bytes = Vec::with_capacity(length as usize);
+    file.take(length).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 != length {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(Bytes::from(bytes))
+}
