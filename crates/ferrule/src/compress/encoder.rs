@@ -53,11 +53,53 @@ impl Encoder {
         Ok(Encoder(inner))
     }
 
-    /// Compresses a whole body at once.
+    /// Compresses a whole body at once. gzip and zstd reuse their thread's compressor (reset,
+    /// not made anew): its tables are a few hundred KiB, which the server's allocator hands
+    /// back to the system as soon as they are freed, so a new one per response is faulted in
+    /// again each time. brotli's encoder cannot be reset.
     pub fn whole(compression: Compression, body: &[u8]) -> io::Result<Vec<u8>> {
-        let mut encoder = Encoder::new(compression, Some(body.len()))?;
-        encoder.write(body)?;
-        encoder.finish()
+        match compression.coding {
+            Coding::Gzip => DEFLATE.with_borrow_mut(|kept| {
+                let deflate = match kept {
+                    Some((level, deflate)) if *level == compression.level => {
+                        deflate.reset();
+                        deflate
+                    }
+                    _ => {
+                        let level = flate2::Compression::new(compression.level);
+                        &mut kept
+                            .insert((compression.level, flate2::Compress::new_gzip(level, 15)))
+                            .1
+                    }
+                };
+                let mut out = Vec::with_capacity(body.len() / 4 + 64);
+                loop {
+                    let consumed = deflate.total_in() as usize;
+                    let status = deflate
+                        .compress_vec(&body[consumed..], &mut out, flate2::FlushCompress::Finish)
+                        .map_err(io::Error::other)?;
+                    if status == flate2::Status::StreamEnd {
+                        return Ok(out);
+                    }
+                    out.reserve(out.capacity().max(64));
+                }
+            }),
+            Coding::Zstd => ZSTD.with_borrow_mut(|kept| {
+                let compressor = match kept {
+                    Some((level, compressor)) if *level == compression.level => compressor,
+                    _ => {
+                        let compressor = zstd::bulk::Compressor::new(compression.level as i32)?;
+                        &mut kept.insert((compression.level, compressor)).1
+                    }
+                };
+                compressor.compress(body)
+            }),
+            Coding::Br => {
+                let mut encoder = Encoder::new(compression, Some(body.len()))?;
+                encoder.write(body)?;
+                encoder.finish()
+            }
+        }
     }
 
     pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
@@ -95,6 +137,15 @@ impl Encoder {
             Inner::Zstd(encoder) => encoder.finish(),
         }
     }
+}
+
+thread_local! {
+    /// The thread's gzip compressor for whole bodies, and its level.
+    static DEFLATE: std::cell::RefCell<Option<(u32, flate2::Compress)>> =
+        const { std::cell::RefCell::new(None) };
+    /// The thread's zstd compressor for whole bodies, and its level.
+    static ZSTD: std::cell::RefCell<Option<(u32, zstd::bulk::Compressor<'static>)>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// brotli's output buffer, copied into the `Vec` as it fills.
