@@ -489,7 +489,7 @@ SETTINGS: tuple[Setting, ...] = (
         "compression",
         None,
         "Compress responses with these codings, in the server's order of preference, each "
-        "optionally at a level: zstd (1-22, default 3), br (0-11, default 4), gzip (1-9, "
+        "optionally at a level: zstd (1-19, default 3), br (0-11, default 4), gzip (1-9, "
         "default 6); e.g. 'zstd,br,gzip:9'. The coding is chosen by the request's "
         "Accept-Encoding; the work is done off the event loop's thread, and a streamed body is "
         "compressed and flushed chunk by chunk. Off when not given.",

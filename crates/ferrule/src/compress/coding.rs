@@ -25,12 +25,13 @@ impl Coding {
         Coding::ALL.into_iter().find(|coding| coding.name() == name)
     }
 
-    /// The levels its library takes, lowest and highest, and the one used when none is given:
-    /// zstd's own default; brotli's 4, where servers compressing on the fly settle (its 11
-    /// is for files compressed once); gzip's 6, zlib's default.
+    /// The levels taken, lowest and highest, and the one used when none is given: zstd's own
+    /// default, and up to 19 (its levels 20-22 want windows past the 8 MiB that HTTP's zstd
+    /// coding allows); brotli's 4, where servers compressing on the fly settle (its 11 is for
+    /// files compressed once); gzip's 6, zlib's default.
     pub fn levels(self) -> (u32, u32, u32) {
         match self {
-            Coding::Zstd => (1, 22, 3),
+            Coding::Zstd => (1, 19, 3),
             Coding::Br => (0, 11, 4),
             Coding::Gzip => (1, 9, 6),
         }

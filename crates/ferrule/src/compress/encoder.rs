@@ -3,6 +3,10 @@
 use std::io::{self, Write};
 
 use super::coding::{Coding, Compression};
+use super::recycling_alloc::{Recycled, RecyclingAlloc};
+
+type BrotliWriter =
+    brotli::enc::writer::CompressorWriterCustomAlloc<Vec<u8>, Recycled<u8>, RecyclingAlloc>;
 
 /// The window a streamed body (its length unknown) is compressed with, as a power of two:
 /// 512 KiB, for brotli and zstd, whose own defaults (4 MiB, 2 MiB at zstd's level 3) would be
@@ -17,7 +21,7 @@ pub struct Encoder(Inner);
 
 enum Inner {
     Gzip(flate2::write::GzEncoder<Vec<u8>>),
-    Br(Box<brotli::CompressorWriter<Vec<u8>>>),
+    Br(Box<BrotliWriter>),
     Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
 }
 
@@ -35,17 +39,27 @@ impl Encoder {
                 Vec::new(),
                 flate2::Compression::new(level),
             )),
-            Coding::Br => Inner::Br(Box::new(brotli::CompressorWriter::new(
-                Vec::new(),
-                BROTLI_BUFFER,
-                level,
-                window_log,
-            ))),
+            Coding::Br => {
+                let buffer =
+                    brotli::Allocator::<u8>::alloc_cell(&mut RecyclingAlloc, BROTLI_BUFFER);
+                Inner::Br(Box::new(BrotliWriter::new(
+                    Vec::new(),
+                    buffer,
+                    RecyclingAlloc,
+                    level,
+                    window_log,
+                )))
+            }
             Coding::Zstd => {
                 let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), level as i32)?;
                 encoder.window_log(window_log)?;
-                if let Some(length) = length {
-                    encoder.set_pledged_src_size(Some(length as u64))?;
+                match length {
+                    Some(length) => encoder.set_pledged_src_size(Some(length as u64))?,
+                    // Sized for the window: a level's own tables for an unknown length are made
+                    // for any length (80 MiB a stream at 19, where 512 KiB of window uses few).
+                    None => encoder.set_parameter(zstd::zstd_safe::CParameter::SrcSizeHint(
+                        1 << STREAM_WINDOW_LOG,
+                    ))?,
                 }
                 Inner::Zstd(encoder)
             }
@@ -56,7 +70,8 @@ impl Encoder {
     /// Compresses a whole body at once. gzip and zstd reuse their thread's compressor (reset,
     /// not made anew): its tables are a few hundred KiB, which the server's allocator hands
     /// back to the system as soon as they are freed, so a new one per response is faulted in
-    /// again each time. brotli's encoder cannot be reset.
+    /// again each time. brotli's encoder cannot be reset; its buffers are recycled instead
+    /// (`RecyclingAlloc`).
     pub fn whole(compression: Compression, body: &[u8]) -> io::Result<Vec<u8>> {
         match compression.coding {
             Coding::Gzip => DEFLATE.with_borrow_mut(|kept| {
