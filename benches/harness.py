@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -280,6 +280,7 @@ class WrkResult:
     p99_ms: float
     errors: int  # socket errors: connect + read + write + timeout
     non_2xx: int  # wrk's "Non-2xx or 3xx responses"
+    bytes_read: float = 0.0  # wrk's "N MB read": every response, headers and body, as received
 
 
 _UNIT_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
@@ -312,7 +313,19 @@ def parse_wrk(out: str) -> WrkResult:
         p99_ms=_ms(find(r"(?m)^\s+99%\s+(\S+)\s*$")),
         errors=errors,
         non_2xx=int(find(r"Non-2xx or 3xx responses: (\d+)", "0")),
+        bytes_read=_bytes(find(r"requests in \S+, ([\d.]+[KMGT]?B) read", "0B")),
     )
+
+
+_UNIT_BYTES = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40}
+
+
+def _bytes(text: str) -> float:
+    """wrk's "12.34MB" (binary units, rounded to 2 decimals) in bytes."""
+    m = re.fullmatch(r"([\d.]+)([KMGT]?B)", text)
+    if m is None:
+        raise ValueError(f"unreadable wrk byte count {text!r}")
+    return float(m.group(1)) * _UNIT_BYTES[m.group(2)]
 
 
 def post_script(body_size: int) -> str:
@@ -336,16 +349,31 @@ def rotate_script(paths: list[str]) -> str:
     )
 
 
-def wrk_argv(url: str, seconds: int, connections: int, script: Path | None) -> list[str]:
+def wrk_argv(
+    url: str,
+    seconds: int,
+    connections: int,
+    script: Path | None,
+    headers: Sequence[str] = (),
+) -> list[str]:
+    """`headers`: "Name: value" lines added to every request (wrk -H)."""
     argv = ["taskset", "-c", CLIENT_CPU, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s"]
     argv += ["--latency", "--timeout", "5s"]
+    for header in headers:
+        argv += ["-H", header]
     if script is not None:
         argv += ["-s", str(script)]
     return [*argv, url]
 
 
-def run_wrk(url: str, seconds: int, connections: int, script: Path | None = None) -> WrkResult:
-    argv = wrk_argv(url, seconds, connections, script)
+def run_wrk(
+    url: str,
+    seconds: int,
+    connections: int,
+    script: Path | None = None,
+    headers: Sequence[str] = (),
+) -> WrkResult:
+    argv = wrk_argv(url, seconds, connections, script, headers)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
     if done.returncode != 0:
         raise RuntimeError(f"wrk failed ({done.returncode}): {done.stderr or done.stdout}")
