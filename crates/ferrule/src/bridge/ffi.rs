@@ -1,7 +1,7 @@
 //! The one module with `unsafe`: the few CPython calls PyO3's safe API does not offer
 //! (`PyIter_Send`, entering and leaving a `contextvars.Context`, thread states) and the
 //! syscalls (the loop's wake descriptor, scheduling policy, the local zone's offset, adopting a
-//! descriptor, mapping the metrics region).
+//! descriptor, mapping the metrics region, opening a static file beneath its mount).
 //! Every block says why it is sound; everything else in the crate is safe Rust.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -372,6 +372,45 @@ pub fn is_readable(fd: i32) -> bool {
     // SAFETY: `pollfd` is a valid, live array of one element for the call; a zero timeout never
     // blocks; an invalid `fd` is reported in `revents`, not undefined behaviour.
     unsafe { libc::poll(&mut pollfd, 1, 0) == 1 }
+}
+
+/// Opens `path` (relative) under the directory `dir` for reading, without blocking on a FIFO,
+/// in one `openat2` call that refuses to resolve outside `dir` (`..`, an absolute symbolic
+/// link, or a relative one that climbs out fail with `EXDEV`), so a static file needs no
+/// `realpath` walk. Linux 5.6 and later; elsewhere, and where the kernel lacks it, an error
+/// the caller falls back from.
+#[cfg(target_os = "linux")]
+pub fn open_beneath(dir: &std::fs::File, path: &std::ffi::CStr) -> std::io::Result<std::fs::File> {
+    // SAFETY: `open_how` is three integers, for which zero is a valid value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: `dir`'s descriptor stays open for the call (it is borrowed), `path` is
+    // NUL-terminated, and `how` is a live `open_how` of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: openat2 returned a new descriptor, which nothing else owns.
+    Ok(std::fs::File::from(unsafe {
+        OwnedFd::from_raw_fd(fd as i32)
+    }))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn open_beneath(
+    _dir: &std::fs::File,
+    _path: &std::ffi::CStr,
+) -> std::io::Result<std::fs::File> {
+    Err(std::io::ErrorKind::Unsupported.into())
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@ pub use self::asyncio::TaskPath;
 pub use self::class::Bridge;
 pub use self::context::RequestContext;
 pub use self::counters::Counters;
-pub use self::ffi::{local_utc_offset, take_fd, SharedWords};
+pub use self::ffi::{local_utc_offset, open_beneath, take_fd, SharedWords};
 pub use self::job::{Completion, Job, Resume};
 pub use self::native::NativeFuture;
 pub use self::native::ResumeVia;

@@ -1,10 +1,13 @@
 //! `StaticFiles` and `Mount`: the directories served under routes, and the file a request's
 //! path names in one, refusing any path that would step outside it.
 
+use std::ffi::{CString, OsStr};
 use std::fs::{File, Metadata};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use crate::bridge::open_beneath;
 
 /// `--static-path-*`: what is served, and how.
 pub struct StaticFiles {
@@ -26,6 +29,8 @@ pub struct Mount {
     /// The directory, canonical (symbolic links resolved), as every file served is checked
     /// to lie under it.
     root: PathBuf,
+    /// The directory, open: files are opened beneath it (`open_beneath`).
+    dir: File,
 }
 
 /// What a request's path comes to.
@@ -44,7 +49,12 @@ pub enum Lookup {
 pub struct Opened {
     pub file: File,
     pub meta: Metadata,
+    /// Its path as the request named it (its extension gives its type).
     pub path: PathBuf,
+    /// Its mount (an index into `StaticFiles::mounts`) and its path there, as the request
+    /// named it: a precompressed variant is looked for beside it.
+    mount: usize,
+    relative: Vec<u8>,
 }
 
 impl Mount {
@@ -54,8 +64,9 @@ impl Mount {
             .ok()
             .filter(|root| root.is_dir())
             .ok_or_else(|| format!("{} is not a directory", root.display()))?;
+        let dir = File::open(&root).map_err(|err| format!("{}: {err}", root.display()))?;
         let route = route.trim_end_matches('/').to_owned();
-        Ok(Mount { route, root })
+        Ok(Mount { route, root, dir })
     }
 
     /// The path under this mount's route, still percent-encoded: `None` if not under it.
@@ -71,12 +82,13 @@ impl StaticFiles {
         let Some((mount, rest)) = self
             .mounts
             .iter()
-            .find_map(|mount| mount.rest(path).map(|rest| (mount, rest)))
+            .enumerate()
+            .find_map(|(index, mount)| mount.rest(path).map(|rest| (index, rest)))
         else {
             return Lookup::NotStatic;
         };
         let decoded: Vec<u8> = percent_encoding::percent_decode_str(rest).collect();
-        let mut candidate = mount.root.clone();
+        let mut relative = Vec::with_capacity(decoded.len());
         for segment in decoded.split(|&b| b == b'/') {
             let refused =
                 matches!(segment, b"." | b"..") || segment.contains(&0) || segment.contains(&b'\\');
@@ -84,17 +96,25 @@ impl StaticFiles {
                 return Lookup::Refused;
             }
             if !segment.is_empty() {
-                candidate.push(std::ffi::OsStr::from_bytes(segment));
+                if !relative.is_empty() {
+                    relative.push(b'/');
+                }
+                relative.extend_from_slice(segment);
             }
         }
-        let Some(mut opened) = open_under(&mount.root, &candidate) else {
+        let Some(mut opened) = self.open(mount, relative) else {
             return Lookup::Missing;
         };
         if opened.meta.is_dir() {
             let Some(index) = &self.dir_to_file else {
                 return Lookup::Missing;
             };
-            match open_under(&mount.root, &opened.path.join(index)) {
+            let mut relative = std::mem::take(&mut opened.relative);
+            if !relative.is_empty() {
+                relative.push(b'/');
+            }
+            relative.extend_from_slice(index.as_bytes());
+            match self.open(mount, relative) {
                 Some(file) => opened = file,
                 None => return Lookup::Missing,
             }
@@ -109,32 +129,57 @@ impl StaticFiles {
     /// The file beside `opened` with `suffix` added to its name (`.br`), if it is a regular
     /// file in the same mount.
     pub fn variant(&self, opened: &Opened, suffix: &str) -> Option<Opened> {
-        let mut name = opened.path.clone().into_os_string();
-        name.push(suffix);
-        let root = self
-            .mounts
-            .iter()
-            .map(|mount| &mount.root)
-            .find(|root| opened.path.starts_with(root))?;
-        open_under(root, Path::new(&name)).filter(|variant| variant.meta.is_file())
+        let mut relative = opened.relative.clone();
+        relative.extend_from_slice(suffix.as_bytes());
+        self.open(opened.mount, relative)
+            .filter(|variant| variant.meta.is_file())
+    }
+
+    /// Opens `relative` (no `.` or `..` segments) under a mount, if it resolves (its links
+    /// followed) to a path under the mount: in one `openat2` where the system has it; else,
+    /// or for a link the kernel will not follow beneath the mount (an absolute one), by
+    /// resolving the path and checking where it leads.
+    fn open(&self, mount: usize, relative: Vec<u8>) -> Option<Opened> {
+        let Mount { root, dir, .. } = &self.mounts[mount];
+        let path = root.join(OsStr::from_bytes(&relative));
+        let name = CString::new(if relative.is_empty() {
+            b".".to_vec()
+        } else {
+            relative.clone()
+        })
+        .ok()?;
+        let file = match open_beneath(dir, &name) {
+            Ok(file) => file,
+            Err(err) if NOT_THERE.contains(&err.raw_os_error().unwrap_or(0)) => return None,
+            Err(_) => open_resolved(root, &path)?,
+        };
+        let meta = file.metadata().ok()?;
+        Some(Opened {
+            file,
+            meta,
+            path,
+            mount,
+            relative,
+        })
     }
 }
+
+/// `openat2`'s answers that settle it: nothing there, or not readable.
+const NOT_THERE: [i32; 3] = [libc::ENOENT, libc::ENOTDIR, libc::EACCES];
 
 /// Opens `candidate` if it resolves (its links followed) to a path under `root`. Opened
 /// without blocking, so that a FIFO cannot hold the thread; what it is, is then asked of the
 /// open file itself, so that it cannot change between the check and the read.
-fn open_under(root: &Path, candidate: &Path) -> Option<Opened> {
+fn open_resolved(root: &Path, candidate: &Path) -> Option<File> {
     let path = std::fs::canonicalize(candidate).ok()?;
     if !path.starts_with(root) {
         return None;
     }
-    let file = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(&path)
-        .ok()?;
-    let meta = file.metadata().ok()?;
-    Some(Opened { file, meta, path })
+        .ok()
 }
 
 #[cfg(test)]
@@ -176,6 +221,13 @@ mod tests {
         );
         assert_eq!(found(&files, "/static/"), Some(root.join("index.html")));
         assert_eq!(found(&files, "/static"), Some(root.join("index.html")));
+        // Links inside that stay inside: a relative one (openat2 follows it beneath the mount)
+        // and an absolute one (which it refuses, and the resolved path is checked instead).
+        std::os::unix::fs::symlink(root.join("index.html"), dir.join("absolute-in")).unwrap();
+        std::os::unix::fs::symlink("sub/a b.txt", dir.join("relative-in")).unwrap();
+        for linked in ["/static/absolute-in", "/static/relative-in"] {
+            assert!(matches!(files.lookup(linked), Lookup::Found(_)), "{linked}");
+        }
         assert!(matches!(files.lookup("/staticx/a"), Lookup::NotStatic));
         assert!(matches!(files.lookup("/other"), Lookup::NotStatic));
         assert!(matches!(files.lookup("/static/nope"), Lookup::Missing));
