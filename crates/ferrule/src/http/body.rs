@@ -198,9 +198,10 @@ impl Body for ResponseBody {
                 }
                 Poll::Pending => Poll::Pending,
             },
-            ResponseBody::File(file) => file
-                .poll_chunk(cx)
-                .map(|frame| frame.map(|frame| frame.map_err(ResponseAborted::from))),
+            ResponseBody::File(file) => Poll::Ready(
+                file.next_chunk()
+                    .map(|frame| frame.map_err(ResponseAborted::from)),
+            ),
             ResponseBody::Encoded(encoded) => Pin::new(encoded.as_mut()).poll_frame(cx),
         }
     }

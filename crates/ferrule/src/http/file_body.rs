@@ -1,84 +1,57 @@
-//! `FileBody`: a static file's bytes (or a range of them), read by a tokio task as hyper
-//! takes them.
+//! `FileBody`: a static file's bytes (or a range of them), read as hyper takes them.
 
-use std::io::{Seek, SeekFrom};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use tokio::io::AsyncReadExt;
-use tokio::sync::mpsc;
 
-/// One read's size: large enough that a big file costs few reads (and hyper few writes),
-/// small enough that a slow client's transfer holds little (two chunks: one in the channel,
-/// one being read).
-const CHUNK: usize = 128 * 1024;
+/// One read's size: large enough that a big file costs few reads (and hyper few writes), small
+/// enough that a slow client's transfer holds little (hyper keeps one chunk until it is out).
+const CHUNK: u64 = 256 * 1024;
 
+/// Read in the connection's task when hyper asks for the next chunk, as nginx reads without
+/// its thread pool: from the page cache a read is a copy, cheaper than handing it to another
+/// thread and back. A file that ends early (truncated while served) ends the body in an
+/// error: hyper closes the connection rather than send less than the Content-Length said.
 pub struct FileBody {
-    rx: mpsc::Receiver<std::io::Result<Bytes>>,
+    file: File,
     /// Bytes not yet handed to hyper.
     remaining: u64,
 }
 
 impl FileBody {
-    /// `length` bytes of `file` from `start`, read on `handle`'s blocking threads (tokio's
-    /// file reads) one chunk ahead of hyper. A file that ends early (truncated while served)
-    /// ends the body in an error: hyper closes the connection rather than send less than the
-    /// Content-Length said.
-    pub(super) fn spawn(
-        mut file: std::fs::File,
-        start: u64,
-        length: u64,
-        handle: &tokio::runtime::Handle,
-    ) -> FileBody {
-        let (tx, rx) = mpsc::channel(1);
-        handle.spawn(async move {
-            if let Err(err) = file.seek(SeekFrom::Start(start)) {
-                let _ = tx.send(Err(err)).await;
-                return;
-            }
-            let mut file = tokio::fs::File::from_std(file).take(length);
-            let mut left = length;
-            while left > 0 {
-                let mut chunk = BytesMut::with_capacity(CHUNK.min(left as usize));
-                let read = match file.read_buf(&mut chunk).await {
-                    Ok(0) => Err(std::io::ErrorKind::UnexpectedEof.into()),
-                    Ok(read) => Ok(read),
-                    Err(err) => Err(err),
-                };
-                let Ok(read) = read else {
-                    let _ = tx.send(read.map(|_| Bytes::new())).await;
-                    return;
-                };
-                left -= read as u64;
-                if tx.send(Ok(chunk.freeze())).await.is_err() {
-                    return; // the client went away
-                }
-            }
-        });
-        FileBody {
-            rx,
-            remaining: length,
+    /// `length` bytes of `file` from `start`.
+    pub(super) fn new(mut file: File, start: u64, length: u64) -> std::io::Result<FileBody> {
+        if start > 0 {
+            file.seek(SeekFrom::Start(start))?;
         }
+        Ok(FileBody {
+            file,
+            remaining: length,
+        })
     }
 
-    pub(super) fn poll_chunk(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<std::io::Result<Frame<Bytes>>>> {
+    /// The next chunk, or `None` at the end.
+    pub(super) fn next_chunk(&mut self) -> Option<std::io::Result<Frame<Bytes>>> {
         if self.remaining == 0 {
-            return Poll::Ready(None);
+            return None;
         }
-        let chunk = std::task::ready!(self.rx.poll_recv(cx));
-        Poll::Ready(Some(match chunk {
-            Some(Ok(chunk)) => {
-                self.remaining = self.remaining.saturating_sub(chunk.len() as u64);
-                Ok(Frame::data(chunk))
+        let want = self.remaining.min(CHUNK);
+        // `take` stops the read at `want`, and `read_to_end` fills the buffer's spare room
+        // without clearing it first.
+        let mut chunk = Vec::with_capacity(want as usize);
+        let read = (&mut self.file).take(want).read_to_end(&mut chunk);
+        Some(match read {
+            Ok(0) => Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(read) => {
+                self.remaining -= read as u64;
+                Ok(Frame::data(Bytes::from(chunk)))
             }
-            Some(Err(err)) => Err(err),
-            None => Err(std::io::ErrorKind::UnexpectedEof.into()),
-        }))
+            Err(err) => Err(err),
+        })
     }
 
     pub(super) fn remaining(&self) -> u64 {
@@ -92,9 +65,9 @@ impl Body for FileBody {
 
     fn poll_frame(
         self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        self.get_mut().poll_chunk(cx)
+        Poll::Ready(self.get_mut().next_chunk())
     }
 
     fn is_end_stream(&self) -> bool {

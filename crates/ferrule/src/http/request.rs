@@ -205,8 +205,7 @@ fn begin(
         return answer(response);
     }
     if let Some(files) = &server.settings.static_files {
-        let handle = &server.bridge.handle;
-        if let Some(response) = serve_static(&request, files, &server.settings, handle) {
+        if let Some(response) = serve_static(&request, files, &server.settings) {
             server.state.request_finished();
             return answer(response);
         }

@@ -21,7 +21,8 @@ use super::compression::compress;
 use super::file_body::FileBody;
 use super::incoming::IncomingBody;
 
-/// Files (or ranges) up to this size are read at once, here; larger ones as hyper sends them.
+/// Files (or ranges) up to this size are read at once, here; larger ones a chunk at a time as
+/// hyper sends them (`FileBody`).
 const READ_AT_ONCE: u64 = 128 * 1024;
 
 /// The precompressed variants looked for beside a file, in the order preferred when the
@@ -56,7 +57,6 @@ pub(super) fn serve_static(
     request: &Request<IncomingBody>,
     files: &StaticFiles,
     settings: &Settings,
-    handle: &tokio::runtime::Handle,
 ) -> Option<Response<ResponseBody>> {
     let opened = match files.lookup(request.uri().path()) {
         Lookup::NotStatic => return None,
@@ -153,7 +153,10 @@ pub(super) fn serve_static(
             Err(_) => return Some(plain_response(StatusCode::INTERNAL_SERVER_ERROR, settings)),
         }
     } else {
-        ResponseBody::File(FileBody::spawn(opened.file, start, length, handle))
+        match FileBody::new(opened.file, start, length) {
+            Ok(file) => ResponseBody::File(file),
+            Err(_) => return Some(plain_response(StatusCode::INTERNAL_SERVER_ERROR, settings)),
+        }
     };
     let mut response = answer(status, headers, body, settings);
     if let Some(policy) = settings.compression.as_ref().filter(|_| coding.is_none()) {
