@@ -36,6 +36,7 @@ import pytest
 from certs import Certs
 from h1raw import request_bytes
 from h3client import h3_connection
+from loopkinds import LOOP_KINDS
 from serverutil import (
     APPS_DIR,
     ServerProcess,
@@ -182,6 +183,25 @@ def test_the_request_never_enters_python(server: ServerProcess, site: Site) -> N
     seen = app_saw(server)
     assert f"GET /elsewhere-{marker}" in seen, seen
     assert not [line for line in seen if line.split(" ", 1)[1].startswith("/static")], seen
+
+
+@pytest.mark.parametrize("loop", LOOP_KINDS)
+def test_each_static_answer_has_its_access_line(site: Site, loop: str) -> None:
+    """Rule: a file served, a missing one and a refused path each get the access line an app's
+    response gets (client, request line, status), on either loop (uvloop's written on the
+    loop's thread). Broken: only the app's requests were logged, none of the server's own
+    static answers (seen before the static route wrote one)."""
+    marker = uuid.uuid4().hex
+    with running_server(APP, *site_args(site), "--access-log", "--loop", loop) as srv:
+        assert fetch(srv, f"/static/text.txt?{marker}").status == 200
+        assert fetch(srv, f"/static/missing-{marker}.txt").status == 404
+        assert fetch(srv, f"/static/%2e%2e/{marker}").status == 400
+        for line in (
+            rf'"GET /static/text\.txt\?{marker} HTTP/1\.1" 200',
+            rf'"GET /static/missing-{marker}\.txt HTTP/1\.1" 404',
+            rf'"GET /static/%2e%2e/{marker} HTTP/1\.1" 400',
+        ):
+            srv.wait_for_output(line, stream="stdout")
 
 
 def test_head_has_the_headers_and_no_body(server: ServerProcess, site: Site) -> None:

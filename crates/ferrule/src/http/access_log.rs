@@ -1,9 +1,16 @@
 //! The access log line of one request.
 
-use http::HeaderValue;
+use std::sync::Arc;
+
+use http::{HeaderValue, Response};
 use pyo3::prelude::*;
 
+use crate::asgi::access_format::AccessFormat;
 use crate::asgi::access_log::{log_info, AccessEntry, AccessLog, Outcome};
+use crate::asgi::conn::ConnInfo;
+use crate::asgi::server::Server;
+
+use super::body::ResponseBody;
 
 /// Writes the request's access line: uvicorn's, whose record arguments (client, method,
 /// target, HTTP version, status) `--log-config` formatters may read, or `--access-log-format`'s.
@@ -38,5 +45,38 @@ pub(super) fn log_access(
             };
             log_info(py, logger, (access.render(format, &outcome),));
         }
+    }
+}
+
+/// The access line of a request the server answered without the app (a static file): written
+/// on the loop's thread where the bridge runs Python there, else here with the GIL.
+pub(super) fn log_answered(
+    server: &Arc<Server>,
+    conn: &ConnInfo,
+    request: &http::request::Parts,
+    response: &Response<ResponseBody>,
+) {
+    let Some(log) = server.access_log() else {
+        return;
+    };
+    let forwarded = conn.forwarded(&request.headers, &server.settings);
+    let entry = AccessEntry::new(request, conn, &forwarded, log.format);
+    let logged = log.format.map_or_else(Vec::new, |format| {
+        AccessFormat::pick(&format.response_headers, response.headers())
+    });
+    let status = response.status().as_u16();
+    let body_bytes = http_body::Body::size_hint(response.body())
+        .exact()
+        .unwrap_or(0);
+    let writing = server.clone();
+    let write = move |py: Python<'_>| {
+        if let Some(log) = writing.access_log() {
+            log_access(py, log, &entry, status, body_bytes, &logged);
+        }
+    };
+    if server.bridge.starts_on_loop() {
+        server.bridge.start_on_loop(Box::new(write));
+    } else {
+        Python::attach(write);
     }
 }

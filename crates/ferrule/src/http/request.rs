@@ -23,6 +23,7 @@ use crate::bridge::{trace, Completion};
 use crate::compress::Accepted;
 use crate::metrics::{Protocol, WorkerMetrics};
 
+use super::access_log::log_answered;
 use super::app_calls::AppCall;
 use super::app_done::on_app_done;
 use super::body::ResponseBody;
@@ -207,6 +208,8 @@ fn begin(
     if let Some(files) = &server.settings.static_files {
         if let Some(response) = serve_static(&request, files, &server.settings) {
             server.state.request_finished();
+            let (parts, _) = request.into_parts();
+            log_answered(server, &conn.info, &parts, &response);
             return answer(response);
         }
     }
