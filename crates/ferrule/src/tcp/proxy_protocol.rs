@@ -96,14 +96,14 @@ fn parse(read: &[u8], accepted: ProxyProtocol) -> Result<Option<(Addresses, usiz
 
 fn v1_addresses(addresses: &v1::Addresses) -> Addresses {
     match addresses {
-        v1::Addresses::Tcp4(ip) => Some((
-            SocketAddr::from((ip.source_address, ip.source_port)),
-            SocketAddr::from((ip.destination_address, ip.destination_port)),
-        )),
-        v1::Addresses::Tcp6(ip) => Some((
-            SocketAddr::from((ip.source_address, ip.source_port)),
-            SocketAddr::from((ip.destination_address, ip.destination_port)),
-        )),
+        v1::Addresses::Tcp4(ip) => pair(
+            (ip.source_address, ip.source_port),
+            (ip.destination_address, ip.destination_port),
+        ),
+        v1::Addresses::Tcp6(ip) => pair(
+            (ip.source_address, ip.source_port),
+            (ip.destination_address, ip.destination_port),
+        ),
         v1::Addresses::Unknown => None,
     }
 }
@@ -113,17 +113,22 @@ fn v2_addresses(header: &v2::Header<'_>) -> Addresses {
         return None;
     }
     match header.addresses {
-        v2::Addresses::IPv4(ip) => Some((
-            SocketAddr::from((ip.source_address, ip.source_port)),
-            SocketAddr::from((ip.destination_address, ip.destination_port)),
-        )),
-        v2::Addresses::IPv6(ip) => Some((
-            SocketAddr::from((ip.source_address, ip.source_port)),
-            SocketAddr::from((ip.destination_address, ip.destination_port)),
-        )),
+        v2::Addresses::IPv4(ip) => pair(
+            (ip.source_address, ip.source_port),
+            (ip.destination_address, ip.destination_port),
+        ),
+        v2::Addresses::IPv6(ip) => pair(
+            (ip.source_address, ip.source_port),
+            (ip.destination_address, ip.destination_port),
+        ),
         // A Unix socket's path is no (host, port): the connection's own addresses stand.
         v2::Addresses::Unix(_) | v2::Addresses::Unspecified => None,
     }
+}
+
+/// The header's source and destination, whichever address family they are.
+fn pair(source: impl Into<SocketAddr>, destination: impl Into<SocketAddr>) -> Addresses {
+    Some((source.into(), destination.into()))
 }
 
 /// A socket whose first reads give back the bytes that arrived behind the header.
