@@ -1,11 +1,14 @@
 """What the static-file tests (``--static-path-mount``) share: the served tree made on disk
 (:func:`make_site`), with files of every content type the spec names, precompressed variants,
-symlinks inside and out of the mount and a secret beside it; one raw HTTP/1.1 exchange
-(:func:`fetch`); what ``static_app`` saw (:func:`app_saw`); and the checks of a file response's
-headers.
+symlinks inside and out of the mount and a secret beside it, and the hostile tests' additions
+to it (:func:`make_hostile_site`); the command-line mounts of that tree (:func:`site_args`,
+:func:`mounts`); one raw HTTP/1.1 exchange (:func:`fetch`, and :func:`ask`, which takes a closed
+connection for a 400); what ``static_app`` saw (:func:`app_saw`); and the checks of a file
+response's headers (:func:`assert_file_response`).
 
-Imported by ``tests/http/test_static_files.py`` and ``tests/hostile/test_static_files_hostile.py``
-as ``from staticutil import ...`` (``tests/`` is on ``sys.path``).
+Imported by ``tests/http/test_static_*.py`` and ``tests/hostile/test_static_*_hostile.py`` as
+``from staticutil import ...`` (``tests/`` is on ``sys.path``). Each test module makes its own
+module-scoped ``site`` and ``server`` fixtures from these.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass, field
 from email.utils import formatdate
 from pathlib import Path
 
-from h1raw import HTTP_TIMEOUT, RawResponse, request_bytes
+from h1raw import HTTP_TIMEOUT, IncompleteResponse, RawResponse, request_bytes
 from serverutil import ServerProcess
 
 APP = "static_app:app"
@@ -29,6 +32,7 @@ MTIME = 1704164645
 LAST_MODIFIED = formatdate(MTIME, usegmt=True)
 #: The size of ``big.bin``.
 BIG_SIZE = 10 * 1024 * 1024
+TEXT_SIZE = 1000  # text.txt
 STRONG_ETAG = re.compile(r'^"[^"]*"$')
 
 #: What the precompressed variants are called, by the coding they carry.
@@ -165,3 +169,89 @@ def from_app(response: RawResponse) -> bool:
 def tokens(value: str | None) -> set[str]:
     """The comma-separated tokens of a header value, lowercased."""
     return {token.strip().lower() for token in (value or "").split(",") if token.strip()}
+
+
+def ctype(value: str | None) -> str:
+    """A Content-Type compared without case or spaces."""
+    return (value or "").lower().replace(" ", "")
+
+
+def assert_file_response(response, site: Site, name: str, *, max_age: int | None = 86400) -> None:
+    """A whole-file 200 with the headers every file response carries."""
+    data = site.content(name)
+    assert response.status == 200, response.raw_head
+    assert response.header("content-length") == str(len(data)), response.raw_head
+    assert response.header("accept-ranges") == "bytes", response.raw_head
+    etag = response.header("etag")
+    assert etag is not None and STRONG_ETAG.match(etag), response.raw_head
+    assert response.header("last-modified") == LAST_MODIFIED, response.raw_head
+    if max_age is None:
+        assert response.header("cache-control") is None, response.raw_head
+    else:
+        assert tokens(response.header("cache-control")) == {"public", f"max-age={max_age}"}, (
+            response.raw_head
+        )
+    assert not from_app(response), response.raw_head
+
+
+def site_args(site: Site, *extra: str) -> list[str]:
+    """Two mounts: the tree's root at ``/static`` and ``media`` at ``/media``."""
+    return [
+        "--static-path-route",
+        "/static",
+        "--static-path-mount",
+        str(site.root),
+        "--static-path-route",
+        "/media",
+        "--static-path-mount",
+        str(site.media),
+        *extra,
+    ]
+
+
+def make_hostile_site(base: Path) -> Site:
+    """:func:`make_site` with what only the hostile tests serve: a name with a backslash, a
+    symlink to ``/dev/zero`` and one up out of ``sub``, a FIFO, a directory whose index file
+    links out, and precompressed variants of ``pre.html`` that link out."""
+    site = make_site(base)
+    (site.root / "back\\slash.txt").write_bytes(b"a name with a backslash\n")
+    (site.root / "devzero").symlink_to("/dev/zero")
+    (site.root / "sub" / "up").symlink_to(Path("..") / "..", target_is_directory=True)
+    os.mkfifo(site.root / "fifo")
+    # A directory file that is a link out, and precompressed variants that are links out.
+    (site.root / "trap").mkdir()
+    (site.root / "trap" / "index.html").symlink_to(Path("..") / ".." / "outside" / "secret.txt")
+    site.files["pre.html"] = b"<p>plain pre</p>\n" * 100
+    (site.root / "pre.html").write_bytes(site.files["pre.html"])
+    (site.root / "pre.html.br").symlink_to(site.outside / "secret.txt")
+    (site.root / "pre.html.gz").symlink_to(Path("..") / "outside" / "secret.txt")
+    (site.root / "pre.html.zst").symlink_to("/etc/passwd")
+    return site
+
+
+def mounts(site: Site, *extra: str) -> list[str]:
+    """The two mounts of :func:`site_args` with ``index.html`` for directories: the hostile
+    tests' servers."""
+    return [
+        "--static-path-route",
+        "/static",
+        "--static-path-mount",
+        str(site.root),
+        "--static-path-route",
+        "/media",
+        "--static-path-mount",
+        str(site.media),
+        "--static-path-dir-to-file",
+        "index.html",
+        *extra,
+    ]
+
+
+def ask(server: ServerProcess, target: str, **options) -> RawResponse:  # type: ignore[no-untyped-def]
+    """``fetch``, where the server may also answer by closing the connection (a target hyper
+    refuses to parse): that counts as a 400 with no body."""
+    try:
+        return fetch(server, target, **options)
+    except IncompleteResponse as exc:
+        assert exc.received == b"", exc
+        return RawResponse("HTTP/1.1", 400, "closed", [], b"", b"")

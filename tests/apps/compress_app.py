@@ -1,4 +1,4 @@
-"""Responses for the compression tests (``--compress``, ``tests/http/test_compress.py``).
+"""Responses for the compression tests (``--compress``, ``tests/http/test_compress_*.py``).
 
 ``GET /body`` answers :func:`text_body` of ``?size=`` bytes (default 2000), shaped by its query:
 ``type`` (the Content-Type, ``none`` for none; default ``text/plain``), ``length=0`` (no

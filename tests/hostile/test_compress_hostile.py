@@ -2,7 +2,7 @@
 huge, numerous or malformed, over HTTP/1.1 and HTTP/2, must get a normal answer (the body as it
 is, or in a coding the server offers, that decodes), never an error, a reset or a hang; and a
 client that stops reading a compressed stream must not make the server hold what the app keeps
-sending (``compress_app``; the working paths are in ``tests/http/test_compress.py``).
+sending (``compress_app``; the working paths are in ``tests/http/test_compress_*.py``).
 """
 
 from __future__ import annotations
