@@ -24,6 +24,7 @@ PACKAGES=(
     gcc libc6-dev rustc cargo ca-certificates
     procps # pgrep: tests find a server's worker processes with it
     haproxy # the PROXY protocol's client in tests/http/test_proxy_protocol.py
+    curl # a real client in the compression and static-file tests
 )
 
 usage() {
@@ -234,7 +235,7 @@ mount_chroot
 
 if [[ ! -f $READY_MARKER ]] || [[ "$(head -n 1 "$READY_MARKER")" != "$SETUP_ID" ]]; then
     rm -f "$READY_MARKER"
-    run_phase "apt: install interpreters, gcc, rustc, cargo, procps, haproxy" "$SETUP_LOG" \
+    run_phase "apt: install interpreters, gcc, rustc, cargo, procps, haproxy, curl" "$SETUP_LOG" \
         in_chroot "apt-get update && apt-get install -y ${PACKAGES[*]} && apt-get clean" || exit 1
     {
         echo "$SETUP_ID"
