@@ -17,7 +17,6 @@ clients in ``tests/hostile/test_compress_hostile.py``.
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 import time
 import uuid
@@ -47,6 +46,7 @@ from compressutil import (
     vary,
 )
 from h1raw import IncompleteResponse, RawConnection, request_bytes
+from h2get import h2c_get
 from h3client import h3_connection
 from serverutil import (
     ServerProcess,
@@ -67,33 +67,6 @@ def read_chunk(conn: RawConnection, timeout: float) -> bytes | None:
     data = conn.read_exactly(size, timeout)
     assert conn.read_exactly(2, timeout) == b"\r\n", conn.received[-200:]
     return data
-
-
-def h2_exchange(
-    server: ServerProcess, path: str, headers: list[tuple[str, str]], timeout: float = TIMEOUT
-) -> list[Any]:
-    """One GET over h2c with the ``h2`` library on a raw socket (so the body is not decoded):
-    the events of the server's frames until its stream ends or is reset."""
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    conn.initiate_connection()
-    head = [(":method", "GET"), (":path", path), (":scheme", "http"), (":authority", "t")]
-    conn.send_headers(1, [*head, *headers], end_stream=True)
-    events: list[Any] = []
-    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as sock:
-        sock.sendall(conn.data_to_send())
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            data = sock.recv(65536)
-            if not data:
-                break
-            for event in conn.receive_data(data):
-                events.append(event)
-                if isinstance(event, h2.events.DataReceived):
-                    conn.acknowledge_received_data(event.flow_controlled_length, 1)
-            sock.sendall(conn.data_to_send())
-            if any(isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)) for e in events):
-                break
-    return events
 
 
 def tls_args(certs: Certs) -> list[str]:
@@ -272,7 +245,9 @@ def test_http2_trailers_follow_a_compressed_body(server: ServerProcess) -> None:
     a HEADERS frame with the trailer ends the stream. Broken: the trailers lost (the stream
     ends on DATA), the coding's end written after them or never (the decoder is not
     finished), or the stream reset."""
-    events = h2_exchange(server, "/trailers", [("accept-encoding", "gzip"), ("te", "trailers")])
+    events = h2c_get(
+        server, "/trailers", [("accept-encoding", "gzip"), ("te", "trailers")], TIMEOUT
+    )
     kinds = [type(event).__name__ for event in events]
     heads = [e for e in events if isinstance(e, h2.events.ResponseReceived)]
     assert heads, kinds

@@ -4,20 +4,19 @@ raising ``OSError`` once the client is gone (``response_app``, raw sockets)."""
 from __future__ import annotations
 
 import os
-import socket
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any
 
 import h2.config
 import h2.connection
 import h2.events
 import pytest
 from h1raw import request_bytes
+from h2get import h2c_get
 from serverutil import ServerProcess, fetch_record, running_server
 
 
@@ -222,38 +221,13 @@ def test_pathsend_sends_the_file(server: ServerProcess, tmp_path: Path) -> None:
         assert missing.status_code == 500
 
 
-def h2c_exchange(server: ServerProcess, path: str, timeout: float = 5.0) -> list[Any]:
-    """One GET over HTTP/2 with prior knowledge, with the ``h2`` library on a raw socket: the
-    events the server's frames made, until its stream ends (or it resets it)."""
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    conn.initiate_connection()
-    headers = [(":method", "GET"), (":path", path), (":scheme", "http"), (":authority", "t")]
-    conn.send_headers(1, [*headers, ("te", "trailers")], end_stream=True)
-    events: list[Any] = []
-    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as sock:
-        sock.sendall(conn.data_to_send())
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            data = sock.recv(65536)
-            if not data:
-                break
-            for event in conn.receive_data(data):
-                events.append(event)
-                if isinstance(event, h2.events.DataReceived):
-                    conn.acknowledge_received_data(event.flow_controlled_length, 1)
-            sock.sendall(conn.data_to_send())
-            if any(isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)) for e in events):
-                break
-    return events
-
-
 def test_trailers_over_http2(server: ServerProcess) -> None:
     """Rule: ``http.response.trailers`` reach an HTTP/2 client (gRPC's way of ending a call)
     as a HEADERS frame after the body's DATA frames, which ends the stream; the body arrives
     whole before it. Broken: no trailers (the stream ends on the last DATA frame), a body
     cut short, or a reset stream. Untested before; it passed when written, and failed with
     the trailers frame dropped from ``ResponseBody::poll_frame``."""
-    events = h2c_exchange(server, "/trailers")
+    events = h2c_get(server, "/trailers", [("te", "trailers")])
     kinds = [type(event).__name__ for event in events]
     heads = [e for e in events if isinstance(e, h2.events.ResponseReceived)]
     assert heads and dict(heads[0].headers)[b":status"] == b"200", kinds
