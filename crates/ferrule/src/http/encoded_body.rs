@@ -91,22 +91,20 @@ where
             }
             match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => this.input = data,
-                    Err(frame) => {
-                        this.trailers = frame.into_trailers().ok();
-                        let output = this.finish().map_err(B::Error::from)?;
-                        if !output.is_empty() {
-                            return Poll::Ready(Some(Ok(Frame::data(output))));
-                        }
+                    Ok(data) => {
+                        this.input = data;
+                        continue;
                     }
+                    Err(frame) => this.trailers = frame.into_trailers().ok(),
                 },
                 Some(Err(aborted)) => return Poll::Ready(Some(Err(aborted))),
-                None => {
-                    let output = this.finish().map_err(B::Error::from)?;
-                    if !output.is_empty() {
-                        return Poll::Ready(Some(Ok(Frame::data(output))));
-                    }
-                }
+                None => {}
+            }
+            // The app's body has ended (its trailers, if any, kept for after): so does the
+            // compressed stream.
+            let output = this.finish().map_err(B::Error::from)?;
+            if !output.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::data(output))));
             }
         }
     }
