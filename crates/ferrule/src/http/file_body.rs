@@ -39,19 +39,33 @@ impl FileBody {
         if self.remaining == 0 {
             return None;
         }
-        let want = self.remaining.min(CHUNK);
+        Some(self.read(self.remaining.min(CHUNK)).map(Frame::data))
+    }
+
+    /// All that is left, in one piece (a small file, read before the response goes out).
+    pub(super) fn whole(mut self) -> std::io::Result<Bytes> {
+        if self.remaining == 0 {
+            return Ok(Bytes::new()); // an empty file
+        }
+        let whole = self.read(self.remaining)?;
+        match self.remaining {
+            0 => Ok(whole),
+            _ => Err(std::io::ErrorKind::UnexpectedEof.into()),
+        }
+    }
+
+    /// Up to `want` bytes: what one pass of reads gives, an error if the file has ended.
+    fn read(&mut self, want: u64) -> std::io::Result<Bytes> {
         // `take` stops the read at `want`, and `read_to_end` fills the buffer's spare room
         // without clearing it first.
         let mut chunk = Vec::with_capacity(want as usize);
-        let read = (&mut self.file).take(want).read_to_end(&mut chunk);
-        Some(match read {
-            Ok(0) => Err(std::io::ErrorKind::UnexpectedEof.into()),
-            Ok(read) => {
+        match (&mut self.file).take(want).read_to_end(&mut chunk)? {
+            0 => Err(std::io::ErrorKind::UnexpectedEof.into()),
+            read => {
                 self.remaining -= read as u64;
-                Ok(Frame::data(Bytes::from(chunk)))
+                Ok(Bytes::from(chunk))
             }
-            Err(err) => Err(err),
-        })
+        }
     }
 
     pub(super) fn remaining(&self) -> u64 {

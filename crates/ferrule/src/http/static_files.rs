@@ -1,8 +1,6 @@
 //! `serve_static`: a request under a `--static-path-route`, answered from its mount before the
 //! app is called (never entering Python).
 
-use std::io::Read;
-
 use bytes::Bytes;
 use http::header::{
     ACCEPT_ENCODING, ACCEPT_RANGES, ALLOW, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH,
@@ -78,9 +76,10 @@ pub(super) fn serve_static(
     }
     let asked = request.headers();
     let content_type = media_type(&opened.path);
-    let (opened, coding) = match files.precompressed {
-        true => precompressed(files, opened, asked),
-        false => (opened, None),
+    let (opened, coding) = if files.precompressed {
+        precompressed(files, opened, asked)
+    } else {
+        (opened, None)
     };
     let size = opened.meta.len();
     let modified = opened.meta.modified().unwrap_or(std::time::UNIX_EPOCH);
@@ -147,14 +146,15 @@ pub(super) fn serve_static(
     headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
     let body = if head {
         ResponseBody::full(Bytes::new())
-    } else if length <= READ_AT_ONCE {
-        match read_part(opened.file, start, length) {
-            Ok(bytes) => ResponseBody::full(bytes),
-            Err(_) => return Some(plain_response(StatusCode::INTERNAL_SERVER_ERROR, settings)),
-        }
     } else {
-        match FileBody::new(opened.file, start, length) {
-            Ok(file) => ResponseBody::File(file),
+        let file = FileBody::new(opened.file, start, length);
+        let read = if length <= READ_AT_ONCE {
+            file.and_then(FileBody::whole).map(ResponseBody::full)
+        } else {
+            file.map(ResponseBody::File)
+        };
+        match read {
+            Ok(body) => body,
             Err(_) => return Some(plain_response(StatusCode::INTERNAL_SERVER_ERROR, settings)),
         }
     };
@@ -206,18 +206,4 @@ fn precompressed(
         offered.retain(|c| *c != chosen);
     }
     (opened, None)
-}
-
-/// `length` bytes of the file from `start`, read now (a small file, from the page cache).
-fn read_part(mut file: std::fs::File, start: u64, length: u64) -> std::io::Result<Bytes> {
-    use std::io::{Seek, SeekFrom};
-    if start > 0 {
-        file.seek(SeekFrom::Start(start))?;
-    }
-    let mut bytes = Vec::with_capacity(length as usize);
-    file.take(length).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 != length {
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
-    }
-    Ok(Bytes::from(bytes))
 }
