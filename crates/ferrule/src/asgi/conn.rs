@@ -60,10 +60,15 @@ impl ConnInfo {
         Ok((client, server))
     }
 
+    /// The peer's address, as `--forwarded-allow-ips` is matched against it (none on a Unix
+    /// socket).
+    pub fn peer(&self) -> Option<&str> {
+        self.client.as_ref().map(|(host, _)| host.as_str())
+    }
+
     /// What a trusted proxy's headers say of this request (nothing when the peer is none).
     pub fn forwarded(&self, headers: &http::HeaderMap, settings: &Settings) -> Forwarded {
-        let peer = self.client.as_ref().map(|(host, _)| host.as_str());
-        settings.forwarded(peer, headers)
+        settings.forwarded(self.peer(), headers)
     }
 
     /// `host:port` of the client for the access log: the forwarded one if any, as uvicorn

@@ -214,7 +214,7 @@ async fn after_proxy_header(
     if settings.proxy_protocol == ProxyProtocol::Off {
         return Some((stream, conn));
     }
-    let peer = conn.client.as_ref().map(|(host, _)| host.as_str());
+    let peer = conn.peer();
     let refused = |why: &str| {
         let from = peer.unwrap_or("a Unix socket");
         let line = format!("PROXY protocol: {why} from {from}; connection closed");
