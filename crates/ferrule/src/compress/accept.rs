@@ -1,5 +1,8 @@
 //! `Accepted`: what a request's `Accept-Encoding` lets the server send (RFC 9110, 12.5.3).
 
+use http::header::ACCEPT_ENCODING;
+use http::{HeaderMap, HeaderValue};
+
 use super::coding::{Coding, Compression};
 
 /// The coding chosen for a request's response, if any, and whether the client refused the
@@ -14,6 +17,15 @@ pub struct Accepted {
 type Weight = u16;
 
 impl Accepted {
+    /// Chooses among `offered` by a request's `Accept-Encoding` fields (`negotiate`).
+    pub fn from_request(request: &HeaderMap, offered: &[Compression]) -> Accepted {
+        let lines = request
+            .get_all(ACCEPT_ENCODING)
+            .iter()
+            .map(HeaderValue::as_bytes);
+        Accepted::negotiate(lines, offered)
+    }
+
     /// Chooses among `offered` (the server's order breaks ties) by the request's
     /// `Accept-Encoding` field lines. No field: the response goes uncompressed, as clients
     /// that send none may not decode. An element whose weight is not a valid `qvalue` is

@@ -37,6 +37,15 @@ impl Coding {
         }
     }
 
+    /// The suffix of a file precompressed with it, beside the original (`app.css.br`).
+    pub fn file_suffix(self) -> &'static str {
+        match self {
+            Coding::Zstd => ".zst",
+            Coding::Br => ".br",
+            Coding::Gzip => ".gz",
+        }
+    }
+
     pub fn header_value(self) -> HeaderValue {
         HeaderValue::from_static(self.name())
     }

@@ -2,8 +2,7 @@
 //! `--compress-types`), and what a compressed response's headers become.
 
 use http::header::{
-    ACCEPT_ENCODING, ACCEPT_RANGES, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE,
-    ETAG, VARY,
+    ACCEPT_RANGES, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, ETAG, VARY,
 };
 use http::{HeaderMap, HeaderValue, StatusCode};
 
@@ -33,11 +32,7 @@ pub enum Verdict {
 impl Policy {
     /// What the request's `Accept-Encoding` lets this server send.
     pub fn accepted(&self, request: &HeaderMap) -> Accepted {
-        let lines = request
-            .get_all(ACCEPT_ENCODING)
-            .iter()
-            .map(HeaderValue::as_bytes);
-        Accepted::negotiate(lines, &self.codings)
+        Accepted::from_request(request, &self.codings)
     }
 
     /// Whether a response is compressed. `length`: its body's length, if known (the

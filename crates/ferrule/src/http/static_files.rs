@@ -3,9 +3,8 @@
 
 use bytes::Bytes;
 use http::header::{
-    ACCEPT_ENCODING, ACCEPT_RANGES, ALLOW, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH,
-    CONTENT_RANGE, CONTENT_TYPE, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, IF_RANGE, LAST_MODIFIED,
-    RANGE, VARY,
+    ACCEPT_RANGES, ALLOW, CACHE_CONTROL, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_RANGE,
+    CONTENT_TYPE, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, IF_RANGE, LAST_MODIFIED, RANGE, VARY,
 };
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 
@@ -24,29 +23,20 @@ use super::incoming::IncomingBody;
 const READ_AT_ONCE: u64 = 128 * 1024;
 
 /// The precompressed variants looked for beside a file, in the order preferred when the
-/// client weighs them alike: each coding and its file name suffix (levels are the files').
-const VARIANTS: [(Compression, &str); 3] = [
-    (
-        Compression {
-            coding: Coding::Br,
-            level: 0,
-        },
-        ".br",
-    ),
-    (
-        Compression {
-            coding: Coding::Zstd,
-            level: 0,
-        },
-        ".zst",
-    ),
-    (
-        Compression {
-            coding: Coding::Gzip,
-            level: 0,
-        },
-        ".gz",
-    ),
+/// client weighs them alike (the levels are the files' own: none is asked for).
+const VARIANTS: [Compression; 3] = [
+    Compression {
+        coding: Coding::Br,
+        level: 0,
+    },
+    Compression {
+        coding: Coding::Zstd,
+        level: 0,
+    },
+    Compression {
+        coding: Coding::Gzip,
+        level: 0,
+    },
 ];
 
 /// The answer to a request under a static route, or `None` for the app's (not under one, or
@@ -186,21 +176,9 @@ fn precompressed(
     opened: Opened,
     asked: &HeaderMap,
 ) -> (Opened, Option<Coding>) {
-    let mut offered: Vec<Compression> = VARIANTS.iter().map(|(c, _)| *c).collect();
-    while !offered.is_empty() {
-        let lines = asked
-            .get_all(ACCEPT_ENCODING)
-            .iter()
-            .map(HeaderValue::as_bytes);
-        let Some(chosen) = Accepted::negotiate(lines, &offered).chosen else {
-            break;
-        };
-        let suffix = VARIANTS
-            .iter()
-            .find(|(c, _)| *c == chosen)
-            .map(|(_, s)| *s)
-            .unwrap_or("");
-        if let Some(variant) = files.variant(&opened, suffix) {
+    let mut offered = VARIANTS.to_vec();
+    while let Some(chosen) = Accepted::from_request(asked, &offered).chosen {
+        if let Some(variant) = files.variant(&opened, chosen.coding.file_suffix()) {
             return (variant, Some(chosen.coding));
         }
         offered.retain(|c| *c != chosen);
