@@ -43,7 +43,18 @@ from pathlib import Path
 
 import harness
 from compress_app import ITEMS  # the JSON every row must answer
-from harness import BENCH_DIR, SERVERS_BY_NAME, Server, ServerProcess, run_wrk, scratch_dir
+from harness import (
+    BENCH_DIR,
+    SERVERS_BY_NAME,
+    Server,
+    ServerProcess,
+    log,
+    run_wrk,
+    scratch_dir,
+    uptime,
+    verdict,
+    write_report,
+)
 from starlette.middleware.gzip import GZipMiddleware
 
 PATH = "/items"
@@ -260,19 +271,6 @@ def targets(results: dict[str, Measured]) -> list[str]:
     return lines
 
 
-def verdict(ok: bool) -> str:
-    return "(met)" if ok else "(MISSED)"
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-
-
-def log(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", help="comma list of rows (default: all but uvicorn-mw)")
@@ -336,11 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if notes or failures:
         lines += ["", "Notes and failures:", "", *(f"- {f}" for f in notes + failures)]
-    text = "\n".join(lines) + "\n"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "compress.md").write_text(text)
-    print(text)
-    log(f"wrote {args.out / 'compress.md'}")
+    write_report(args.out, "compress.md", lines)
     return 1 if failures else 0
 
 

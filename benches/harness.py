@@ -540,3 +540,28 @@ def run_oha(url: str, seconds: int, connections: int, rate: int, scenario: Scena
 
 def scratch_dir() -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix="ferrule-bench-")
+
+
+def uptime() -> str:
+    """``uptime``'s line: the load a measurement was made under."""
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def log(text: str) -> None:
+    """A progress line on stderr (stdout is the report's)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def verdict(ok: bool) -> str:
+    """A target's mark in a report."""
+    return "(met)" if ok else "(MISSED)"
+
+
+def write_report(out: Path, name: str, lines: list[str]) -> None:
+    """Writes a report's Markdown to ``out/name`` and prints it."""
+    text = "\n".join(lines) + "\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / name).write_text(text)
+    print(text)
+    log(f"wrote {out / name}")

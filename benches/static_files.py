@@ -41,7 +41,18 @@ from importlib.metadata import version
 from pathlib import Path
 
 import harness
-from harness import BENCH_DIR, SERVERS_BY_NAME, Server, ServerProcess, run_wrk, scratch_dir
+from harness import (
+    BENCH_DIR,
+    SERVERS_BY_NAME,
+    Server,
+    ServerProcess,
+    log,
+    run_wrk,
+    scratch_dir,
+    uptime,
+    verdict,
+    write_report,
+)
 
 ROUTE = "/static"
 SERVERS = ("ferrule", "granian", "starlette", "nginx")
@@ -291,19 +302,6 @@ def targets(results: dict[str, Measured], labels: list[str]) -> list[str]:
     return lines
 
 
-def verdict(ok: bool) -> str:
-    return "(met)" if ok else "(MISSED)"
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-
-
-def log(text: str) -> None:
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
-
-
 def versions() -> str:
     """The other servers' versions."""
     try:
@@ -385,11 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if notes or failures:
         lines += ["", "Notes and failures:", "", *(f"- {f}" for f in notes + failures)]
-    text = "\n".join(lines) + "\n"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "static_files.md").write_text(text)
-    print(text)
-    log(f"wrote {args.out / 'static_files.md'}")
+    write_report(args.out, "static_files.md", lines)
     return 1 if failures else 0
 
 
