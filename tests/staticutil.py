@@ -232,19 +232,7 @@ def make_hostile_site(base: Path) -> Site:
 def mounts(site: Site, *extra: str) -> list[str]:
     """The two mounts of :func:`site_args` with ``index.html`` for directories: the hostile
     tests' servers."""
-    return [
-        "--static-path-route",
-        "/static",
-        "--static-path-mount",
-        str(site.root),
-        "--static-path-route",
-        "/media",
-        "--static-path-mount",
-        str(site.media),
-        "--static-path-dir-to-file",
-        "index.html",
-        *extra,
-    ]
+    return site_args(site, "--static-path-dir-to-file", "index.html", *extra)
 
 
 def ask(server: ServerProcess, target: str, **options) -> RawResponse:  # type: ignore[no-untyped-def]
