@@ -65,7 +65,7 @@ pub(super) fn serve_static(
         return Some(response);
     }
     let asked = request.headers();
-    let content_type = media_type(&opened.path);
+    let content_type = media_type(opened.name());
     let (opened, coding) = if files.precompressed {
         precompressed(files, opened, asked)
     } else {

@@ -49,12 +49,17 @@ pub enum Lookup {
 pub struct Opened {
     pub file: File,
     pub meta: Metadata,
-    /// Its path as the request named it (its extension gives its type).
-    pub path: PathBuf,
     /// Its mount (an index into `StaticFiles::mounts`) and its path there, as the request
     /// named it: a precompressed variant is looked for beside it.
     mount: usize,
     relative: Vec<u8>,
+}
+
+impl Opened {
+    /// Its path in the mount as the request named it (its extension gives its type).
+    pub fn name(&self) -> &Path {
+        Path::new(OsStr::from_bytes(&self.relative))
+    }
 }
 
 impl Mount {
@@ -141,7 +146,6 @@ impl StaticFiles {
     /// resolving the path and checking where it leads.
     fn open(&self, mount: usize, relative: Vec<u8>) -> Option<Opened> {
         let Mount { root, dir, .. } = &self.mounts[mount];
-        let path = root.join(OsStr::from_bytes(&relative));
         let name = CString::new(if relative.is_empty() {
             b".".to_vec()
         } else {
@@ -151,13 +155,12 @@ impl StaticFiles {
         let file = match open_beneath(dir, &name) {
             Ok(file) => file,
             Err(err) if NOT_THERE.contains(&err.raw_os_error().unwrap_or(0)) => return None,
-            Err(_) => open_resolved(root, &path)?,
+            Err(_) => open_resolved(root, &root.join(OsStr::from_bytes(&relative)))?,
         };
         let meta = file.metadata().ok()?;
         Some(Opened {
             file,
             meta,
-            path,
             mount,
             relative,
         })
@@ -197,8 +200,9 @@ mod tests {
     }
 
     fn found(files: &StaticFiles, path: &str) -> Option<PathBuf> {
+        let root = &files.mounts[0].root;
         match files.lookup(path) {
-            Lookup::Found(opened) => Some(opened.path),
+            Lookup::Found(opened) => Some(root.join(opened.name())),
             _ => None,
         }
     }
