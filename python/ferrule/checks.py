@@ -104,15 +104,19 @@ def as_list(value: list[str] | str | None) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
+def comma_separated(value: list[str] | str) -> list[str]:
+    """An option given as ``"a, b"`` or as a list, as its stripped items."""
+    return [item.strip() for item in (value.split(",") if isinstance(value, str) else value)]
+
+
 def compress(value: list[str] | str | None) -> str | None:
     """``--compress``'s codings, each with its level, in the server's order of preference:
     given as ``"zstd,gzip:9"`` or a list of such items; ``None`` is off. Normalised to
     ``"zstd:3,gzip:9"``."""
     if value is None:
         return None
-    items = [item.strip() for item in (value.split(",") if isinstance(value, str) else value)]
     chosen: dict[str, int] = {}
-    for item in items:
+    for item in comma_separated(value):
         name, colon, level_text = item.partition(":")
         if name not in COMPRESS_LEVELS:
             known = ", ".join(COMPRESS_LEVELS)
@@ -144,7 +148,7 @@ DEFAULT_COMPRESS_TYPES = (
 
 
 def compress_types(value: list[str] | str) -> list[str]:
-    types = [t.strip() for t in (value.split(",") if isinstance(value, str) else value)]
+    types = comma_separated(value)
     check_compress_types(types)
     return types
 
