@@ -169,11 +169,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# stdout="pipe": the process that reads a server's stdout pipe and copies it to its log file,
+# as a container runtime's log reader does; on CLIENT_CPU, so it takes no time from the server.
+PIPE_READER = ["taskset", "-c", CLIENT_CPU, "cat"]
+
+
 class ServerProcess:
     """One server serving `module:app` over HTTP version `http`, pinned to SERVER_CPU, in its
-    own process group."""
+    own process group. Its stdout and stderr go to `log_path`: written there by the server
+    (stdout="file"), or (stdout="pipe") into a pipe that a separate process (PIPE_READER)
+    reads continuously and copies to `log_path`."""
 
-    def __init__(self, server: Server, app: str, log_dir: Path, http: str = "1") -> None:
+    def __init__(
+        self, server: Server, app: str, log_dir: Path, http: str = "1", *, stdout: str = "file"
+    ) -> None:
+        if stdout not in ("file", "pipe"):
+            raise ValueError(f"stdout must be 'file' or 'pipe', not {stdout!r}")
         self.server = server
         self.http = http
         self.port = free_port()
@@ -182,15 +193,25 @@ class ServerProcess:
         self.argv = ["taskset", "-c", SERVER_CPU, *server.argv(app, self.port, http)]
         env = dict(os.environ, PYTHONPATH=pythonpath(server), PYTHONUNBUFFERED="1")
         self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            self.argv,
-            cwd=BENCH_DIR,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, so stop() reaches its workers
-        )
+        self.reader: subprocess.Popen | None = None
+        out = self.log
+        if stdout == "pipe":
+            self.reader = subprocess.Popen(PIPE_READER, stdin=subprocess.PIPE, stdout=self.log)
+            out = self.reader.stdin
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                cwd=BENCH_DIR,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, so stop() reaches its workers
+            )
+        finally:
+            if self.reader is not None:
+                # The server holds the write end now: the reader sees EOF when it exits.
+                self.reader.stdin.close()
 
     def wait_ready(self, probe_path: str, timeout: float = 30.0) -> None:
         """Poll the port until it accepts, then until one GET of `probe_path` answers."""
@@ -231,10 +252,19 @@ class ServerProcess:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+        if self.reader is not None:  # it ends at EOF, once the server's workers are gone too
+            try:
+                self.reader.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.reader.kill()
+                self.reader.wait()
         self.log.close()
 
     def log_tail(self, lines: int = 20) -> str:
         self.log.flush()
+        if self.reader is not None and self.proc.poll() is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.reader.wait(timeout=5)  # until it has copied the server's last lines
         text = self.log_path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:])
 
