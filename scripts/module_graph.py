@@ -34,6 +34,7 @@ LAYERS = {
     "metrics": 1,
     "compress": 1,
     "statics": 1,
+    "logs": 1,
     "bridge": 0,
 }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import datetime
 import json
 import logging
 import logging.config
@@ -58,7 +60,9 @@ UVICORN_NAMES = {
 }
 
 
-def configure_logging(level: int, use_colors: bool | None = None, *, given: bool = True) -> None:
+def configure_logging(
+    level: int, use_colors: bool | None = None, *, given: bool = True, log_format: str = "text"
+) -> None:
     """ferrule's lines go out through the uvicorn loggers, named as them, so that everything
     written for uvicorn's sees them: a log config naming ``uvicorn.*``, a handler an app or a
     test adds to ``uvicorn.access``, a filter on the record's name. Where those loggers are not
@@ -68,9 +72,12 @@ def configure_logging(level: int, use_colors: bool | None = None, *, given: bool
     (``use_colors``, or by default for each stream that is a terminal) the level name, and an
     access line's request and status, are in ANSI colours as uvicorn's formatters have them.
 
+    With ``log_format`` "json" each line is a JSON object instead (``_JsonFormatter``).
+
     A log config that sets up ferrule's own names (``ferrule.error``...) is obeyed instead.
     ``level`` is set on the uvicorn loggers a log config set up only when it was ``given``
     (``--log-level``), as uvicorn does."""
+    global _access_handler
     loggers = (
         ("ferrule.error", sys.stderr),
         ("ferrule.access", sys.stdout),
@@ -100,9 +107,12 @@ def configure_logging(level: int, use_colors: bool | None = None, *, given: bool
             continue  # the lines propagate to the root logger's handlers
         colours = _is_terminal(stream) if use_colors is None else use_colors
         handler = _WholeRecords(stream)
-        handler.setFormatter(_Formatter(colours))
+        formatter = _JsonFormatter() if log_format == "json" else _Formatter(colours)
+        handler.setFormatter(formatter)
         uvicorn.addHandler(handler)
         uvicorn.propagate = False
+        if name == "ferrule.access":
+            _access_handler = handler
 
 
 class _WholeRecords(logging.StreamHandler):  # type: ignore[type-arg]
@@ -214,15 +224,189 @@ class _Formatter(logging.Formatter):
         return f"{colour}{text}{_RESET}" if self.colours and colour else text
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        message = record.message
-        args = record.args
-        if record.msg == ACCESS_FORMAT and isinstance(args, tuple) and len(args) == 5:
-            client, method, target, version, status = args
-            if isinstance(status, int):
-                request = self._paint(f"{method} {target} HTTP/{version}", _BOLD)
-                code = _status_with_phrase(status)
-                code = self._paint(code, _STATUS_COLOURS.get(status // 100))
-                message = f'{client} - "{request}" {code}'
+        message = _status_message(record, self._paint)
         padding = " " * max(1, 9 - len(record.levelname))
         levelname = self._paint(record.levelname, _LEVEL_COLOURS.get(record.levelno))
         return f"{levelname}:{padding}{message}"
+
+
+def _status_message(record: logging.LogRecord, paint: Any) -> str:
+    """The record's message; an access record's (``ACCESS_FORMAT``) rebuilt with the status's
+    reason phrase, its request and status passed through ``paint(text, colour)``."""
+    args = record.args
+    if record.msg == ACCESS_FORMAT and isinstance(args, tuple) and len(args) == 5:
+        client, method, target, version, status = args
+        if isinstance(status, int):
+            request = paint(f"{method} {target} HTTP/{version}", _BOLD)
+            code = paint(_status_with_phrase(status), _STATUS_COLOURS.get(status // 100))
+            return f'{client} - "{request}" {code}'
+    return record.getMessage()
+
+
+#: The access record's attributes (set by the server), in the order a JSON line gives them.
+ACCESS_FIELDS = (
+    "type",
+    "client",
+    "method",
+    "path",
+    "query",
+    "http_version",
+    "status",
+    "bytes",
+    "duration",
+    "user_agent",
+    "referer",
+    "headers",
+    "close_code",
+)
+
+
+class _JsonFormatter(logging.Formatter):
+    """``--log-format json``: a record as one JSON object: its time (UTC, ISO 8601, to the
+    millisecond), level, logger and message, an access record's fields, a traceback as
+    ``exc_info``. The server writes the same object itself on the access log's fast path."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        created = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+        line: dict[str, Any] = {
+            "time": created.isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": _status_message(record, lambda text, colour: text),
+        }
+        for field in ACCESS_FIELDS:
+            if field in record.__dict__:
+                value = record.__dict__[field]
+                if field == "duration":
+                    value = round(value, 6)
+                line[field] = value
+        if record.exc_info:
+            line["exc_info"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exc_info"] = record.exc_text
+        return json.dumps(line, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+#: The handler ``configure_logging`` put on ``uvicorn.access``, if it put one there.
+_access_handler: _WholeRecords | None = None
+
+
+def access_path(log_config: bool, fd: int) -> tuple[str, str]:
+    """Which way access lines should go now, and why: ``("fast", ...)`` when the access
+    loggers are exactly as ``configure_logging`` left them, writing to descriptor ``fd``, so
+    that the server may format and write the line itself; ``("off", why)`` when no line would
+    be written; else ``("logging", why)``. Cheap: called a few times a second while serving."""
+    source = logging.getLogger("ferrule.access")
+    target = logging.getLogger("uvicorn.access")
+    if not source.isEnabledFor(logging.INFO):
+        return "off", "ferrule.access does not take INFO"
+    only_forwarded = all(isinstance(f, _Forward) for f in source.filters) and source.filters
+    if only_forwarded and not source.handlers and not target.isEnabledFor(logging.INFO):
+        return "off", "uvicorn.access does not take INFO"
+    handler = _access_handler
+    if log_config:
+        return "logging", "a log config is given"
+    if handler is None:
+        return "logging", "the access logger was configured before the server (its handlers)"
+    forwards = source.filters
+    if (
+        source.handlers
+        or len(forwards) != 1
+        or not isinstance(forwards[0], _Forward)
+        or forwards[0].target is not target
+        or source.disabled
+        or type(source) is not logging.Logger
+    ):
+        return "logging", "ferrule.access has a filter or handler of its own"
+    if target.filters:
+        return "logging", "uvicorn.access has a filter"
+    if target.handlers != [handler] or target.propagate or target.disabled:
+        return "logging", "uvicorn.access has another handler, or propagates"
+    if type(target) is not logging.Logger:
+        return "logging", "uvicorn.access is not a plain logging.Logger"
+    if (
+        handler.filters
+        or handler.level > logging.INFO
+        or handler.terminator != "\n"
+        or type(handler.formatter) not in (_Formatter, _JsonFormatter)
+        or vars(handler).keys() & {"emit", "handle", "format"}
+    ):
+        return "logging", "the access handler or its formatter was changed"
+    stream = handler.stream
+    try:
+        if stream.fileno() != fd:
+            return "logging", "the access handler writes elsewhere"
+    except (AttributeError, OSError, ValueError):
+        return "logging", "the access handler's stream has no descriptor"
+    encoding = (getattr(stream, "encoding", None) or "utf-8").lower().replace("_", "-")
+    if encoding not in ("utf-8", "utf8"):
+        return "logging", f"the access stream's encoding is {encoding}"
+    if logging.getLogRecordFactory() is not logging.LogRecord:
+        return "logging", "a log record factory is set"
+    if _logging_patched():
+        return "logging", "a method of logging's classes was replaced"
+    if logging.getLevelName(logging.INFO) != "INFO":
+        return "logging", "INFO's level name was changed"
+    return "fast", "formatted and written by the server"
+
+
+#: The methods of ``logging``'s classes a record passes through on its way to the access
+#: handler: a program that wraps one of them (to record or alter every record) is honoured.
+_RECORD_ROUTE = (
+    (logging.Logger, ("info", "_log", "makeRecord", "handle", "filter", "callHandlers")),
+    (logging.Handler, ("handle", "filter", "format")),
+    (logging.StreamHandler, ("emit", "flush")),
+    (logging.Formatter, ("format", "formatMessage", "formatTime", "usesTime")),
+)
+
+
+def _logging_patched() -> bool:
+    """Whether a method on a record's way to the handler is no longer ``logging``'s own."""
+    return any(
+        getattr(getattr(cls, name, None), "__module__", None) != "logging"
+        for cls, names in _RECORD_ROUTE
+        for name in names
+    )
+
+
+def access_colours() -> bool:
+    """Whether the access handler's lines are coloured."""
+    formatter = _access_handler.formatter if _access_handler is not None else None
+    return bool(getattr(formatter, "colours", False))
+
+
+def access_stream_fd() -> int | None:
+    """The descriptor ``configure_logging``'s access handler writes to, if it has one."""
+    try:
+        return _access_handler.stream.fileno() if _access_handler is not None else None
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+#: The process's access writers by descriptor (``ferrule._ferrule.AccessWriter``): one per
+#: process, so that servers made one after another share it and its ordering.
+_writers: dict[int, Any] = {}
+
+
+def access_writer(fd: int, limit: int, json_lines: bool) -> Any:
+    """The process's writer of access lines to ``fd``, started on first use (on a duplicate
+    of ``fd``), flushed at exit."""
+    writer = _writers.get(fd)
+    if writer is None:
+        from ferrule._ferrule import AccessWriter
+
+        writer = _writers[fd] = AccessWriter(os.dup(fd), limit, json=json_lines)
+        if len(_writers) == 1:
+            atexit.register(flush_access_lines)
+    return writer
+
+
+def flush_access_lines(timeout: float = 5.0) -> None:
+    """Waits until every access line written so far is out, at most ``timeout`` seconds
+    (a reader that never reads again must not keep the process from exiting)."""
+    for writer in _writers.values():
+        writer.flush(timeout)
+
+
+#: ``http.HTTPStatus``'s reason phrases, as the access line ends.
+STATUS_PHRASES = [(status.value, status.phrase) for status in HTTPStatus]

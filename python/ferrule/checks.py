@@ -97,6 +97,17 @@ def access_log_format(value: str | None) -> str | None:
     return value
 
 
+def header_names(value: list[str] | str | None) -> list[str]:
+    """Request header names, lowercase, as ``"a, b"`` or a list."""
+    if not value:
+        return []
+    names = [name.lower() for name in comma_separated(value) if name]
+    for name in names:
+        if not name.isascii() or not all(c.isalnum() or c in "!#$%&'*+-.^_`|~" for c in name):
+            raise ValueError(f"not a header name: {name!r}")
+    return names
+
+
 def as_list(value: list[str] | str | None) -> list[str]:
     """An option given as one string, a list of them, or nothing, as a list."""
     if value is None:

@@ -92,6 +92,9 @@ class Config:
             raise SettingError(BY_NAME["http3"], problem)
         if self.http3 and self.uds:
             raise SettingError(BY_NAME["http3"], "HTTP/3 is served on UDP, not on a Unix socket")
+        if self.log_format == "json" and self.access_log_format is not None:
+            problem = "a JSON access line has every field already: give one or the other"
+            raise SettingError(BY_NAME["access_log_format"], problem)
         routes, mounts = self.static_path_route, self.static_path_mount
         if mounts and len(routes) != len(mounts):
             problem = (

@@ -20,7 +20,8 @@ from typing import Any
 from ferrule import tls
 from ferrule._bridge import close_event_loop, new_event_loop
 from ferrule._ferrule import BATCH_POLICY, Bridge, H3Server, HttpServer
-from ferrule._logging import TRACE, configure_logging
+from ferrule._logging import TRACE, configure_logging, flush_access_lines
+from ferrule.access_route import AccessRouting
 from ferrule.config import (
     STARTUP_FAILURE,
     AppLoadError,
@@ -117,7 +118,9 @@ def _run(config: Config, options: dict[str, Any]) -> int:
 
 def _configure_logging(config: Config) -> None:
     given = config.log_level is not None
-    configure_logging(config.log_level_number, config.use_colors, given=given)
+    configure_logging(
+        config.log_level_number, config.use_colors, given=given, log_format=config.log_format
+    )
 
 
 def serve_worker(config: Config) -> int:
@@ -199,6 +202,7 @@ class Server:
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._http: Any = None
+        self._access: AccessRouting | None = None
         self._metrics: Metrics | None = None  # with --metrics, when this server serves them
         self._stopped: asyncio.Future[Any] | None = None
         self._bridge: Bridge | None = None
@@ -332,6 +336,8 @@ class Server:
                 sock.close()
                 await self.lifespan.shutdown()
                 raise SystemExit(STARTUP_FAILURE) from None
+        self._access = AccessRouting(http, config)
+        self._access.update()
         # The server core serves a duplicate of the socket; this one stays for ``servers``.
         if sock.family == socket.AF_UNIX:
             stopped = http.serve_unix(os.dup(sock.fileno()), config.uds)
@@ -372,6 +378,8 @@ class Server:
         assert self._wake is not None and self._stopped is not None
         while not self.should_exit:
             await self._woken_or_stopped(timeout=0.1)
+            if self._access is not None:
+                self._access.update()
             await self.on_tick()
             if self._heartbeat is not None and not self._heartbeat.asked_replacement:
                 if self._http.max_requests_reached:
@@ -486,6 +494,8 @@ class Server:
     def _close(self) -> None:
         global _serving_bridge
         self.started = False
+        # Every line of every request answered is out before the process can exit.
+        flush_access_lines()
         for server in self.servers:
             server.close()
         if self._heartbeat is not None:

@@ -412,6 +412,42 @@ SETTINGS: tuple[Setting, ...] = (
         uvicorn=False,
     ),
     Setting(
+        "log_format",
+        "logging",
+        "text",
+        "How log lines are written: text (uvicorn's lines) or json (one JSON object a line, "
+        "for log aggregators: an access line's time, client, method, path, query, HTTP "
+        "version, status, bytes, duration, user agent and referer; the server's own lines' "
+        "time, level, logger, message and traceback). Through a --log-config, the access "
+        "record carries the same fields as attributes either way.",
+        choices=("text", "json"),
+        check=checks.choice({"text": "text", "json": "json"}),
+        uvicorn=False,
+    ),
+    Setting(
+        "access_log_headers",
+        "logging",
+        [],
+        "Comma-separated request headers each JSON access line also gives, under "
+        '"headers" (--log-format json).',
+        metavar="NAMES",
+        check=checks.header_names,
+        uvicorn=False,
+    ),
+    Setting(
+        "access_log_buffer",
+        "logging",
+        1024 * 1024,
+        "Bytes of access lines held while standard output is not being read (a stalled "
+        "log collector, a full pipe); past it, lines are dropped and counted, and one line "
+        "says how many once writing resumes. Requests are served meanwhile.",
+        type=int,
+        metavar="BYTES",
+        default_text="1048576 (1 MiB)",
+        check=checks.at_least(4096),
+        uvicorn=False,
+    ),
+    Setting(
         "use_colors",
         "logging",
         None,

@@ -16,6 +16,7 @@ fn _ferrule(module: &Bound<'_, PyModule>) -> PyResult<()> {
     ferrule::bridge::register(module)?;
     ferrule::asgi::register(module)?;
     ferrule::metrics::register(module)?;
+    ferrule::logs::register(module)?;
     ferrule::h3::register(module)?;
     ferrule::tcp::register(module)
 }

@@ -10,6 +10,7 @@
 //!              WebSockets; siblings, neither imports the other
 //! asgi         what the protocols share: settings, Python handles, live state, the scope
 //! metrics      the Prometheus counts each worker adds to and the parent encodes
+//! logs         log lines written without Python: the access log's writer, JSON lines
 //! compress     response compression: codings, negotiation, encoders (no server state)
 //! statics      static files: mounts, ranges, validators, media types (no server state)
 //! bridge       drives coroutines; knows nothing of ASGI
@@ -22,6 +23,7 @@ pub mod bridge;
 pub mod compress;
 pub mod h3;
 pub mod http;
+pub mod logs;
 pub mod metrics;
 pub mod statics;
 pub mod tcp;

@@ -1,23 +1,27 @@
 //! `AccessEntry`: what an access line needs of a request, captured before the app has it, and
-//! writing a line on the `ferrule.access` logger.
+//! `AccessLog`, where the line goes (`access_line` writes it).
 
 use std::time::{Duration, Instant, SystemTime};
 
-use http::{HeaderValue, Method, Version};
-use pyo3::call::PyCallArgs;
-use pyo3::intern;
+use http::{HeaderName, HeaderValue, Method, Version};
 use pyo3::prelude::*;
 
 use super::access_format::{basic_auth_user, AccessFields, AccessFormat};
+use super::access_route::FastAccess;
 use super::conn::ConnInfo;
 use super::proxy::Forwarded;
 
-/// Where a server's access lines go: the `ferrule.access` logger, when access logging is on,
-/// and `--access-log-format`, when one was given (else uvicorn's line).
+/// Where a server's access lines go while access logging is on and INFO taken: the
+/// `ferrule.access` logger, or the fast path's writer; in `--access-log-format`'s atoms (else
+/// uvicorn's line), or as JSON objects.
 #[derive(Clone, Copy)]
 pub struct AccessLog<'a> {
     pub logger: &'a Py<PyAny>,
     pub format: Option<&'a AccessFormat>,
+    /// Set while lines are written here rather than through `logger`.
+    pub fast: Option<&'a FastAccess>,
+    /// `--log-format json`: the request headers each object names (`--access-log-headers`).
+    pub json: Option<&'a [HeaderName]>,
 }
 
 /// What the access line of one request (or WebSocket session) needs of its request. Made only
@@ -35,6 +39,10 @@ pub struct AccessEntry {
     /// The rest only with `--access-log-format`, and only what it names.
     user: Option<String>,
     request_headers: Vec<Option<HeaderValue>>,
+    user_agent: Option<HeaderValue>,
+    referer: Option<HeaderValue>,
+    /// With `--log-format json`, the values of `--access-log-headers`, index for index.
+    json_headers: Vec<Option<HeaderValue>>,
 }
 
 /// How a request ended, for its access line.
@@ -52,8 +60,9 @@ impl AccessEntry {
         parts: &http::request::Parts,
         conn: &ConnInfo,
         forwarded: &Forwarded,
-        format: Option<&AccessFormat>,
+        log: &AccessLog<'_>,
     ) -> Self {
+        let format = log.format;
         let target = parts
             .uri
             .path_and_query()
@@ -77,7 +86,29 @@ impl AccessEntry {
             received_at: SystemTime::now(),
             user,
             request_headers,
+            user_agent: parts.headers.get(http::header::USER_AGENT).cloned(),
+            referer: parts.headers.get(http::header::REFERER).cloned(),
+            json_headers: log
+                .json
+                .map_or_else(Vec::new, |names| AccessFormat::pick(names, &parts.headers)),
         }
+    }
+
+    /// The request's User-Agent, where it is text.
+    pub fn user_agent(&self) -> Option<&str> {
+        self.user_agent.as_ref().and_then(|v| v.to_str().ok())
+    }
+
+    /// The request's Referer, where it is text.
+    pub fn referer(&self) -> Option<&str> {
+        self.referer.as_ref().and_then(|v| v.to_str().ok())
+    }
+
+    /// The values of `--access-log-headers` (as text; `None` for one absent or not text).
+    pub fn json_header_values(&self) -> impl Iterator<Item = Option<&str>> {
+        self.json_headers
+            .iter()
+            .map(|value| value.as_ref().and_then(|v| v.to_str().ok()))
     }
 
     /// Time since the request arrived.
@@ -105,14 +136,6 @@ impl AccessEntry {
             request_headers: &self.request_headers,
             response_headers: outcome.response_headers,
         })
-    }
-}
-
-/// Logs `args` (a message and its arguments) at INFO on the access logger; what logging
-/// raises is reported as unraisable, never to the app.
-pub fn log_info<'py>(py: Python<'py>, logger: &Py<PyAny>, args: impl PyCallArgs<'py>) {
-    if let Err(err) = logger.bind(py).call_method1(intern!(py, "info"), args) {
-        err.write_unraisable(py, None);
     }
 }
 

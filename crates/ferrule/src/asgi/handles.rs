@@ -13,8 +13,10 @@ pub struct PyHandles {
     pub app: Py<PyAny>,
     /// `logging.getLogger("ferrule.error")`: what the app raised, the WebSocket lines.
     pub error_logger: Py<PyAny>,
-    /// `logging.getLogger("ferrule.access")` when access logging is on and INFO is enabled.
+    /// `logging.getLogger("ferrule.access")` when access logging is on.
     pub access_logger: Option<Py<PyAny>>,
+    /// Whether that logger took INFO when the server was made (the access path to start on).
+    pub access_enabled: bool,
     /// A done asyncio future every non-blocking `send()` returns (awaiting it never waits).
     pub done_future: Py<PyAny>,
     /// What every scope starts from, with the root path and the lifespan state.
@@ -46,7 +48,8 @@ impl PyHandles {
         Ok(Self {
             app,
             error_logger: error_logger.unbind(),
-            access_logger: access_enabled.then(|| access_logger.unbind()),
+            access_logger: settings.access_log.then(|| access_logger.unbind()),
+            access_enabled,
             done_future: done_future.unbind(),
             scope_template: ScopeTemplate::new(py, &settings.root_path, lifespan_state)?,
             request_context: RequestContext::new(py, settings.reset_contextvars)?,

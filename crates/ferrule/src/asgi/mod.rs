@@ -8,6 +8,8 @@
 //! - `conn`: `ConnInfo`, one connection's two ends;
 //! - `access_format`: `AccessFormat`, an `--access-log-format` parsed into its atoms;
 //! - `access_log`: `AccessEntry`, what an access line needs of a request, and writing one;
+//! - `access_line`: the line itself, as text, as JSON, as a record's attributes;
+//! - `access_route`: `AccessRoute`, whether lines go through Python's logging or the fast path;
 //! - `raw_head`: `RawHead`, a request head as the client sent it;
 //! - `proxy`: what a trusted proxy's `X-Forwarded-*` headers change in the scope;
 //! - `scope`: the ASGI scope of a request;
@@ -18,7 +20,9 @@
 //! - `levels`: the log level numbers, TRACE's shared with Python.
 
 pub(crate) mod access_format;
+pub(crate) mod access_line;
 pub(crate) mod access_log;
+pub(crate) mod access_route;
 pub(crate) mod conn;
 pub(crate) mod diagnostics;
 pub(crate) mod disconnected;

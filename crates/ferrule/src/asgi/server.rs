@@ -8,6 +8,7 @@ use crate::bridge;
 use crate::metrics::WorkerMetrics;
 
 use super::access_log::AccessLog;
+use super::access_route::{AccessPath, AccessRoute};
 use super::diagnostics::Diagnostics;
 use super::handles::PyHandles;
 use super::live::LiveState;
@@ -20,17 +21,31 @@ pub struct Server {
     pub settings: Settings,
     pub py: PyHandles,
     pub state: LiveState,
+    /// Which way access lines go, switched by Python as the logging setup changes.
+    pub access: AccessRoute,
     pub diagnostics: Option<Diagnostics>,
     /// This process's metrics slot, with `--metrics`.
     pub metrics: Option<WorkerMetrics>,
 }
 
 impl Server {
-    /// Where its access lines go; None when access logging is off.
+    /// Where its access lines go; None when access logging is off, or INFO not taken.
     pub fn access_log(&self) -> Option<AccessLog<'_>> {
         let logger = self.py.access_logger.as_ref()?;
-        let format = self.settings.access_log_format.as_ref();
-        Some(AccessLog { logger, format })
+        let fast = match self.access.path() {
+            AccessPath::Off => return None,
+            AccessPath::Logging => None,
+            AccessPath::Fast => self.access.fast(),
+        };
+        Some(AccessLog {
+            logger,
+            format: self.settings.access_log_format.as_ref(),
+            fast,
+            json: self
+                .settings
+                .log_json
+                .then_some(self.settings.access_log_headers.as_slice()),
+        })
     }
 
     /// The graceful timeout has passed: every app coroutine still running is cancelled, and

@@ -43,6 +43,12 @@ pub struct Settings {
     /// `--access-log-format`: the access line's atoms; `None`, uvicorn's line.
     #[pyo3(from_py_with = read::access_log_format)]
     pub access_log_format: Option<AccessFormat>,
+    /// `--log-format json`: access lines are JSON objects (`log_format` is "text" or "json").
+    #[pyo3(attribute("log_format"), from_py_with = read::is_json)]
+    pub log_json: bool,
+    /// `--access-log-headers`: the request headers each JSON access line names.
+    #[pyo3(from_py_with = read::access_log_headers)]
+    pub access_log_headers: Vec<HeaderName>,
     /// Whether responses say `server: ferrule` (unless the app set a `server` header).
     pub server_header: bool,
     /// `--compress` and its companions: which responses are compressed, and with what;
@@ -269,6 +275,30 @@ mod read {
             .collect()
     }
 
+    pub fn is_json(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+        match value.extract::<String>()?.as_str() {
+            "text" => Ok(false),
+            "json" => Ok(true),
+            other => Err(PyValueError::new_err(format!(
+                "log_format: 'text' or 'json', not {other:?}"
+            ))),
+        }
+    }
+
+    pub fn access_log_headers(value: &Bound<'_, PyAny>) -> PyResult<Vec<HeaderName>> {
+        let names: Vec<String> = value.extract()?;
+        names
+            .iter()
+            .map(|name| {
+                HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+                    PyValueError::new_err(format!(
+                        "access_log_headers: not a header name: {name:?}"
+                    ))
+                })
+            })
+            .collect()
+    }
+
     pub fn access_log_format(value: &Bound<'_, PyAny>) -> PyResult<Option<AccessFormat>> {
         let format: Option<String> = value.extract()?;
         format
@@ -414,6 +444,7 @@ import types
 settings = dict(
     root_path="/api", timeout_keep_alive=5.0, limit_concurrency=None, limit_request_body=10,
     max_head_size=65536, connection_limit=100, access_log=True, access_log_format=None,
+    log_format="text", access_log_headers=[],
     server_header=True,
     date_header=False, headers=[(" x-a ", " 1 ")], proxy_headers=True,
     trusted_proxies=["127.0.0.1"], http="1", websockets=True, ws_max_size=1024,

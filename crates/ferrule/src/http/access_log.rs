@@ -6,50 +6,34 @@ use http::{HeaderValue, Response};
 use pyo3::prelude::*;
 
 use crate::asgi::access_format::AccessFormat;
-use crate::asgi::access_log::{log_info, AccessEntry, AccessLog, Outcome};
+use crate::asgi::access_line::LineKind;
+use crate::asgi::access_log::{AccessEntry, AccessLog, Outcome};
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::server::Server;
 
 use super::body::ResponseBody;
 
-/// Writes the request's access line: uvicorn's, whose record arguments (client, method,
-/// target, HTTP version, status) `--log-config` formatters may read, or `--access-log-format`'s.
+/// Writes the request's access line (`py`: already attached to Python, as on the loop's thread).
 pub(super) fn log_access(
-    py: Python<'_>,
+    py: Option<Python<'_>>,
     log: AccessLog<'_>,
     access: &AccessEntry,
     status: u16,
     body_bytes: u64,
     response_headers: &[Option<HeaderValue>],
 ) {
-    let logger = log.logger;
-    match log.format {
-        None => log_info(
-            py,
-            logger,
-            (
-                "%s - \"%s %s HTTP/%s\" %d",
-                &access.client,
-                access.method.as_str(),
-                &access.target,
-                access.version,
-                status,
-            ),
-        ),
-        Some(format) => {
-            let outcome = Outcome {
-                status,
-                body_bytes,
-                close_code: None,
-                response_headers,
-            };
-            log_info(py, logger, (access.render(format, &outcome),));
-        }
-    }
+    let outcome = Outcome {
+        status,
+        body_bytes,
+        close_code: None,
+        response_headers,
+    };
+    log.write(py, access, &outcome, LineKind::Http);
 }
 
-/// The access line of a request the server answered without the app (a static file): written
-/// on the loop's thread where the bridge runs Python there, else here with the GIL.
+/// The access line of a request the server answered without the app (a static file): on the
+/// fast path written here; through logging, on the loop's thread where the bridge runs Python
+/// there, else here with the GIL.
 pub(super) fn log_answered(
     server: &Arc<Server>,
     conn: &ConnInfo,
@@ -60,7 +44,7 @@ pub(super) fn log_answered(
         return;
     };
     let forwarded = conn.forwarded(&request.headers, &server.settings);
-    let entry = AccessEntry::new(request, conn, &forwarded, log.format);
+    let entry = AccessEntry::new(request, conn, &forwarded, &log);
     let logged = log.format.map_or_else(Vec::new, |format| {
         AccessFormat::pick(&format.response_headers, response.headers())
     });
@@ -68,10 +52,13 @@ pub(super) fn log_answered(
     let body_bytes = http_body::Body::size_hint(response.body())
         .exact()
         .unwrap_or(0);
+    if log.fast.is_some() {
+        return log_access(None, log, &entry, status, body_bytes, &logged);
+    }
     let writing = server.clone();
     let write = move |py: Python<'_>| {
         if let Some(log) = writing.access_log() {
-            log_access(py, log, &entry, status, body_bytes, &logged);
+            log_access(Some(py), log, &entry, status, body_bytes, &logged);
         }
     };
     if server.bridge.starts_on_loop() {

@@ -42,15 +42,11 @@ pub fn on_app_done(
     let (Some(access), Some(log)) = (access, server.access_log()) else {
         return;
     };
-    if log.format.is_none() {
-        log_access(py, log, access, status, 0, &[]);
-        return;
-    }
     let (body_bytes, response_headers) = {
         let mut state = exchange.state.lock().unwrap();
         let no_body = exchange.head_request || matches!(status, 204 | 304);
         let body_bytes = if no_body { 0 } else { state.body_sent };
         (body_bytes, std::mem::take(&mut state.logged_headers))
     };
-    log_access(py, log, access, status, body_bytes, &response_headers);
+    log_access(Some(py), log, access, status, body_bytes, &response_headers);
 }

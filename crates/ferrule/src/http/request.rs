@@ -324,7 +324,7 @@ fn start(
     // what `--access-log-format` asks for).
     let mut access = server
         .access_log()
-        .map(|log| AccessEntry::new(&parts, &conn.info, &forwarded, log.format));
+        .map(|log| AccessEntry::new(&parts, &conn.info, &forwarded, &log));
     let guard = DisconnectOnDrop(Some(exchange.clone()));
     // Boxed: it moves to the loop's thread and back into the exchange (`keep_spent_head`).
     let head = Box::new(RequestHead {

@@ -10,7 +10,7 @@ use prometheus_client::registry::Registry;
 use crate::bridge::Counters;
 
 use super::layout::{
-    BRIDGE, CONNECTIONS, DURATION, DURATION_BOUNDS_NS, DURATION_WORDS, GIL_WAIT,
+    ACCESS_DROPPED, BRIDGE, CONNECTIONS, DURATION, DURATION_BOUNDS_NS, DURATION_WORDS, GIL_WAIT,
     GIL_WAIT_BOUNDS_NS, GIL_WAIT_PHASES, GIL_WAIT_WORDS, PROTOCOLS, REQUESTS, STATUS_CLASSES,
     WEBSOCKETS,
 };
@@ -105,6 +105,15 @@ pub fn encode(
         "websockets_active",
         "WebSocket sessions whose app is running",
         gauge(words[WEBSOCKETS]),
+    );
+
+    let dropped = Counter::<u64>::default();
+    dropped.inc_by(words[ACCESS_DROPPED]);
+    registry.register(
+        "access_log_lines_dropped",
+        "Access lines dropped because standard output was not being read and \
+         --access-log-buffer was full",
+        dropped,
     );
 
     for (i, name) in Counters::NAMES.iter().enumerate() {

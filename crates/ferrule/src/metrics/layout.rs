@@ -75,8 +75,10 @@ pub const GIL_WAIT: usize = DURATION + 2 * DURATION_WORDS;
 pub const GIL_WAIT_WORDS: usize = histogram_words(GIL_WAIT_BOUNDS_NS.len());
 /// The bridge's counters, copied, in `Counters::NAMES` order.
 pub const BRIDGE: usize = GIL_WAIT + GIL_WAIT_PHASES.len() * GIL_WAIT_WORDS;
+/// `ferrule_access_log_lines_dropped_total`: access lines dropped while stdout was not read.
+pub const ACCESS_DROPPED: usize = BRIDGE + Counters::NAMES.len();
 /// Gauges: connections open, WebSocket sessions whose app runs.
-pub const CONNECTIONS: usize = BRIDGE + Counters::NAMES.len();
+pub const CONNECTIONS: usize = ACCESS_DROPPED + 1;
 pub const WEBSOCKETS: usize = CONNECTIONS + 1;
 
 /// A slot's size: 1 KiB, so two workers never write the same cache line.

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use crate::bridge::{trace, Shared};
 
 use super::layout::{
-    observe, Protocol, BRIDGE, CONNECTIONS, DURATION, DURATION_BOUNDS_NS, DURATION_WORDS, GIL_WAIT,
-    GIL_WAIT_BOUNDS_NS, GIL_WAIT_WORDS, PID, REQUESTS, STATUS_CLASSES, WEBSOCKETS,
+    observe, Protocol, ACCESS_DROPPED, BRIDGE, CONNECTIONS, DURATION, DURATION_BOUNDS_NS,
+    DURATION_WORDS, GIL_WAIT, GIL_WAIT_BOUNDS_NS, GIL_WAIT_WORDS, PID, REQUESTS, STATUS_CLASSES,
+    WEBSOCKETS,
 };
 use super::region::Region;
 
@@ -61,10 +62,11 @@ impl WorkerMetrics {
         self.words()[CONNECTIONS].fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Copies the bridge's counters and GIL-wait histograms, and the WebSocket sessions open,
-    /// into the slot.
-    pub fn publish(&self, bridge: &Shared, websockets: usize) {
+    /// Copies the bridge's counters and GIL-wait histograms, the WebSocket sessions open and
+    /// the access lines dropped so far, into the slot.
+    pub fn publish(&self, bridge: &Shared, websockets: usize, access_dropped: u64) {
         let words = self.words();
+        words[ACCESS_DROPPED].store(access_dropped, Ordering::Relaxed);
         for (i, (_, value)) in bridge.counters.snapshot().into_iter().enumerate() {
             words[BRIDGE + i].store(value, Ordering::Relaxed);
         }

@@ -8,12 +8,14 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tokio_rustls::TlsAcceptor;
 
+use crate::asgi::access_route::{AccessPath, AccessRoute, FastAccess};
 use crate::asgi::diagnostics::Diagnostics;
 use crate::asgi::handles::PyHandles;
 use crate::asgi::live::LiveState;
 use crate::asgi::server::Server;
 use crate::asgi::settings::{optional_seconds, Settings};
 use crate::bridge::{Bridge, NativeFuture, ResumeVia};
+use crate::logs::AccessWriter;
 use crate::metrics::{MetricsRegion, WorkerMetrics};
 
 use super::listener::{std_tcp_listener, std_unix_listener, Listener};
@@ -55,9 +57,15 @@ impl HttpServer {
         let diagnostics = Diagnostics::from_config(config)?;
         let tls = tls.map(|files| files.acceptor(settings.http)).transpose()?;
         let bridge = bridge.shared().clone();
+        let handles = PyHandles::new(py, &bridge, app, state, &settings)?;
+        let path = match handles.access_enabled {
+            true => AccessPath::Logging,
+            false => AccessPath::Off,
+        };
         let server = Server {
-            py: PyHandles::new(py, &bridge, app, state, &settings)?,
+            py: handles,
             state: LiveState::new(&settings),
+            access: AccessRoute::new(path),
             diagnostics,
             metrics,
             settings,
@@ -102,6 +110,37 @@ impl HttpServer {
     #[getter]
     fn in_flight(&self) -> usize {
         self.server.state.in_flight()
+    }
+
+    /// Gives the fast path of the access log its writer, whether lines are coloured, and
+    /// `http.HTTPStatus`'s reason phrases as `(status, phrase)` pairs. The first call wins.
+    fn set_access_writer(&self, writer: &AccessWriter, colours: bool, phrases: Vec<(u16, String)>) {
+        let fast = FastAccess::new(writer.writer.clone(), colours, phrases);
+        self.server.access.set_fast(fast);
+    }
+
+    /// Where access lines go from now on: "fast" (written here; only once a writer is set),
+    /// "logging" (through the `ferrule.access` logger) or "off". Whether it switched.
+    #[setter]
+    fn set_access_path(&self, path: &str) -> PyResult<()> {
+        let parsed = AccessPath::parse(path).ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(format!("no access path {path:?}"))
+        })?;
+        if !self.server.access.switch(parsed) {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "the fast access path needs set_access_writer first",
+            ));
+        }
+        Ok(())
+    }
+
+    #[getter]
+    fn access_path(&self) -> &'static str {
+        match self.server.access.path() {
+            AccessPath::Off => "off",
+            AccessPath::Logging => "logging",
+            AccessPath::Fast => "fast",
+        }
     }
 
     /// Whether `--limit-max-requests` requests have been served.

@@ -154,7 +154,8 @@ const METRICS_PUBLISH_INTERVAL: Duration = Duration::from_millis(500);
 
 fn publish_metrics(server: &Server) {
     if let Some(metrics) = &server.metrics {
-        metrics.publish(&server.bridge, *server.state.ws_sessions.borrow());
+        let websockets = *server.state.ws_sessions.borrow();
+        metrics.publish(&server.bridge, websockets, server.access.dropped());
     }
 }
 

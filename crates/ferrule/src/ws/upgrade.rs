@@ -120,7 +120,7 @@ pub async fn upgrade(
     let (parts, _body) = request.into_parts();
     let forwarded = conn.forwarded(&parts.headers, &server.settings);
     let access_log = server.access_log();
-    let access = access_log.map(|log| AccessEntry::new(&parts, conn, &forwarded, log.format));
+    let access = access_log.map(|log| AccessEntry::new(&parts, conn, &forwarded, &log));
     // RFC 8441 keeps Sec-WebSocket-Extensions: HTTP/2 negotiates as HTTP/1.1 does.
     let deflate = match server.settings.ws_per_message_deflate {
         true => negotiate(
