@@ -403,9 +403,15 @@ def access_writer(fd: int, limit: int, json_lines: bool) -> Any:
 
 def flush_access_lines(timeout: float = 5.0) -> None:
     """Waits until every access line written so far is out, at most ``timeout`` seconds
-    (a reader that never reads again must not keep the process from exiting)."""
-    for writer in _writers.values():
-        writer.flush(timeout)
+    (a reader that never reads again must not keep the process from exiting); a writer that
+    could not finish once is not waited for again."""
+    for fd, writer in _writers.items():
+        if fd not in _stalled and not writer.flush(timeout):
+            _stalled.add(fd)
+
+
+#: The descriptors whose writer a flush gave up on.
+_stalled: set[int] = set()
 
 
 #: ``http.HTTPStatus``'s reason phrases, as the access line ends.

@@ -71,8 +71,6 @@ impl ConnInfo {
         settings.forwarded(self.peer(), headers)
     }
 
-    /// `host:port` of the client for the access log: the forwarded one if any, as uvicorn
-    /// logs the scope's client.
     /// `"HOST:PORT - "`, the peer as uvicorn's connection lines begin (empty for a socket
     /// without one, as a Unix socket's).
     pub fn client_prefix(&self) -> String {
@@ -82,9 +80,17 @@ impl ConnInfo {
         }
     }
 
+    /// `host:port` of the client for the access log: the forwarded one if any, as uvicorn
+    /// logs the scope's client. Joined by hand: `format!` cost a request 300 instructions.
     pub fn client_label(&self, forwarded: &Forwarded) -> String {
         match forwarded.client.as_ref().or(self.client.as_ref()) {
-            Some((host, port)) => format!("{host}:{port}"),
+            Some((host, port)) => {
+                let mut label = String::with_capacity(host.len() + 6);
+                label.push_str(host);
+                label.push(':');
+                label.push_str(itoa::Buffer::new().format(*port));
+                label
+            }
             None => "-".to_owned(),
         }
     }

@@ -51,7 +51,8 @@ impl<'a> JsonLine<'a> {
 
     pub fn number(&mut self, key: &str, value: u64) {
         self.key(key);
-        let _ = write!(self.buf, "{value}");
+        self.buf
+            .extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
     }
 
     /// Seconds, to the microsecond.
