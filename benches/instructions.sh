@@ -10,7 +10,8 @@
 #   benches/instructions.sh --h2 asyncio /hello 2000    # HTTP/2 (h2c): h2load -c10 -m10
 #
 # Prints `Ir/request`; the callgrind file is kept for callgrind_annotate. FERRULE_ARGS adds
-# server options (FERRULE_ARGS="--metrics --metrics-port 0": the cost of the metrics).
+# server options (FERRULE_ARGS="--metrics --metrics-port 0": the cost of the metrics;
+# FERRULE_ARGS="--access-log": with the access log on, as deployed, its lines in the log file).
 set -euo pipefail
 . "$(dirname "$0")/load_helpers.sh"
 load_options "$@"

@@ -429,7 +429,8 @@ SETTINGS: tuple[Setting, ...] = (
         "logging",
         [],
         "Comma-separated request headers each JSON access line also gives, under "
-        '"headers" (--log-format json).',
+        '"headers" (--log-format json); through a --log-config, the access record\'s '
+        "headers attribute.",
         metavar="NAMES",
         check=checks.header_names,
         uvicorn=False,

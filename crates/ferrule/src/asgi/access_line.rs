@@ -29,8 +29,8 @@ impl AccessLog<'_> {
         let rendered = self.format.map(|format| entry.render(format, outcome));
         if let Some(fast) = self.fast {
             fast.writer.push(|buf| match self.json {
-                Some(headers) => write_json(buf, entry, outcome, kind, headers, fast),
-                None => write_text(buf, entry, outcome, kind, rendered.as_deref(), fast),
+                true => write_json(buf, entry, outcome, kind, self.headers, fast),
+                false => write_text(buf, entry, outcome, kind, rendered.as_deref(), fast),
             });
             return;
         }
@@ -52,7 +52,7 @@ impl AccessLog<'_> {
         kind: LineKind,
         rendered: Option<&str>,
     ) {
-        let headers = self.json.unwrap_or(&[]);
+        let headers = self.headers;
         let extra = match attributes(py, entry, outcome, kind, headers) {
             Ok(extra) => extra,
             Err(err) => return err.write_unraisable(py, None),
@@ -266,7 +266,7 @@ pub fn write_json(
     line.optional("user_agent", entry.user_agent());
     line.optional("referer", entry.referer());
     if !headers.is_empty() {
-        let values = entry.json_header_values();
+        let values = entry.chosen_header_values();
         line.object("headers", headers.iter().map(|h| h.as_str()).zip(values));
     }
     if let Some(code) = fields.close_code {
@@ -325,7 +325,7 @@ pub fn attributes<'py>(
     extra.set_item("referer", entry.referer())?;
     if !headers.is_empty() {
         let values = PyDict::new(py);
-        for (name, value) in headers.iter().zip(entry.json_header_values()) {
+        for (name, value) in headers.iter().zip(entry.chosen_header_values()) {
             values.set_item(name.as_str(), value)?;
         }
         extra.set_item("headers", values)?;

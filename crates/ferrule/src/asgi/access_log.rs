@@ -20,8 +20,10 @@ pub struct AccessLog<'a> {
     pub format: Option<&'a AccessFormat>,
     /// Set while lines are written here rather than through `logger`.
     pub fast: Option<&'a FastAccess>,
-    /// `--log-format json`: the request headers each object names (`--access-log-headers`).
-    pub json: Option<&'a [HeaderName]>,
+    /// `--log-format json`: lines are JSON objects.
+    pub json: bool,
+    /// `--access-log-headers`: the request headers a JSON line, or a record, also gives.
+    pub headers: &'a [HeaderName],
 }
 
 /// What the access line of one request (or WebSocket session) needs of its request. Made only
@@ -40,8 +42,8 @@ pub struct AccessEntry {
     request_headers: Vec<Option<HeaderValue>>,
     user_agent: Option<HeaderValue>,
     referer: Option<HeaderValue>,
-    /// With `--log-format json`, the values of `--access-log-headers`, index for index.
-    json_headers: Vec<Option<HeaderValue>>,
+    /// The values of `--access-log-headers`, index for index.
+    chosen_headers: Vec<Option<HeaderValue>>,
 }
 
 /// How a request ended, for its access line.
@@ -87,9 +89,7 @@ impl AccessEntry {
             request_headers,
             user_agent: parts.headers.get(http::header::USER_AGENT).cloned(),
             referer: parts.headers.get(http::header::REFERER).cloned(),
-            json_headers: log
-                .json
-                .map_or_else(Vec::new, |names| AccessFormat::pick(names, &parts.headers)),
+            chosen_headers: AccessFormat::pick(log.headers, &parts.headers),
         }
     }
 
@@ -104,8 +104,8 @@ impl AccessEntry {
     }
 
     /// The values of `--access-log-headers` (as text; `None` for one absent or not text).
-    pub fn json_header_values(&self) -> impl Iterator<Item = Option<&str>> {
-        self.json_headers
+    pub fn chosen_header_values(&self) -> impl Iterator<Item = Option<&str>> {
+        self.chosen_headers
             .iter()
             .map(|value| value.as_ref().and_then(|v| v.to_str().ok()))
     }

@@ -41,10 +41,8 @@ impl Server {
             logger,
             format: self.settings.access_log_format.as_ref(),
             fast,
-            json: self
-                .settings
-                .log_json
-                .then_some(self.settings.access_log_headers.as_slice()),
+            json: self.settings.log_json,
+            headers: &self.settings.access_log_headers,
         })
     }
 
