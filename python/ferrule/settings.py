@@ -438,13 +438,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "access_log_buffer",
         "logging",
-        1024 * 1024,
+        4 * 1024 * 1024,
         "Bytes of access lines held while standard output is not being read (a stalled "
         "log collector, a full pipe); past it, lines are dropped and counted, and one line "
         "says how many once writing resumes. Requests are served meanwhile.",
         type=int,
         metavar="BYTES",
-        default_text="1048576 (1 MiB)",
+        default_text="4194304 (4 MiB: some 40,000 lines, a second or two of a worker's busiest)",
         check=checks.at_least(4096),
         uvicorn=False,
     ),

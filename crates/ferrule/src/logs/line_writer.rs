@@ -16,6 +16,9 @@ pub const PIPE_BUF: usize = 4096;
 /// a write then carries a pipe buffer's worth rather than a line.
 const GATHER: Duration = Duration::from_millis(5);
 
+/// How often dropped lines are reported while lines go on being dropped.
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+
 /// Lines waiting, and what the writing thread reports back.
 struct State {
     pending: Vec<u8>,
@@ -127,16 +130,21 @@ impl LineWriter {
     }
 }
 
-/// The thread: waits for lines, lets more gather, writes them, then reports dropped lines.
+/// The thread: waits for lines, lets more gather, writes them. Dropped lines are reported in
+/// one line once the writer has caught up (a write during which nothing was dropped), or every
+/// `REPORT_EVERY` while dropping goes on.
 fn write_lines(shared: &Shared, mut file: File) {
     let mut batch = Vec::with_capacity(PIPE_BUF);
+    let mut unreported = 0;
+    let mut dropping_since = None;
     loop {
         let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        while state.pending.is_empty() && state.dropped == 0 {
+        // Dropped lines not yet reported bring the thread round again, for the report.
+        while state.pending.is_empty() && state.dropped == 0 && unreported == 0 {
             state.idle = true;
             state = shared.wake.wait(state).unwrap_or_else(|e| e.into_inner());
         }
-        if !state.hurry {
+        if !state.hurry && !state.pending.is_empty() {
             drop(state);
             thread::sleep(GATHER);
             state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -147,10 +155,16 @@ fn write_lines(shared: &Shared, mut file: File) {
         drop(state);
         let written = batch.len() as u64;
         write_whole_lines(&mut file, &batch);
+        unreported += dropped;
         if dropped > 0 {
-            let mut line = (shared.report)(dropped, shared.limit).into_bytes();
+            dropping_since.get_or_insert_with(Instant::now);
+        }
+        let caught_up = dropped == 0 || dropping_since.is_some_and(|t| t.elapsed() >= REPORT_EVERY);
+        if unreported > 0 && caught_up {
+            let mut line = (shared.report)(unreported, shared.limit).into_bytes();
             line.push(b'\n');
             write_whole_lines(&mut file, &line);
+            (unreported, dropping_since) = (0, None);
         }
         batch.clear();
         // Keep a buffer of a usual size, not the largest a stall ever made.
