@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# HTTP/2 conformance: runs httpwg (httpwg-cli 0.2.5, the RFC 9113 suite) against ferrule
+# serving h2c with prior knowledge on 127.0.0.1, and prints
+#
+#   httpwg: N passed, M failed
+#
+# then each failing case: its id as httpwg names it, and under it httpwg's reason.
+# Informational, not a gate: exits 0 whatever the count, 2 if the server could not start,
+# 3 if httpwg is missing. Results and their analysis: benches/results/httpwg-*.md.
+#
+# Install httpwg once with
+#   CARGO_TARGET_DIR=/var/cache/httpwg-target cargo install httpwg-cli --version 0.2.5 --locked
+#
+# Environment:
+#   HTTPWG_APP        the ASGI app (default: an app written to the temporary directory that
+#                     reads the request body, then answers any path 200 with a 19-byte body;
+#                     none in tests/apps does both for "/", the path httpwg requests).
+#                     examples.hello:app is what the 2026-11-26 run served: it answers without
+#                     reading the body, so about nine more cases race its early response.
+#   HTTPWG_ARGS       extra httpwg options, e.g. "--frame-timeout 1000" or "-f 'RFC 9113 :: 8.'"
+#   HTTPWG_LOG        keep httpwg's full output (colour codes removed) in this file
+#   HTTPWG_SERVER_LOG keep the server's output in this file
+#   SEQUENTIAL=1      read by httpwg itself: one case at a time instead of all 107 at once
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+HTTPWG=${HTTPWG:-$(command -v httpwg || echo "$HOME/.cargo/bin/httpwg")}
+if [[ ! -x $HTTPWG ]]; then
+    echo "httpwg not found: cargo install httpwg-cli --version 0.2.5 --locked" >&2
+    exit 3
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/httpwg.XXXXXX")
+server_pid=""
+
+stop_server() {
+    if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
+        kill -TERM "$server_pid" 2>/dev/null || true
+        for _ in $(seq 50); do
+            kill -0 "$server_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
+    server_pid=""
+}
+
+cleanup() {
+    stop_server
+    if [[ -n ${HTTPWG_SERVER_LOG:-} && -f $work/server.log ]]; then
+        cp "$work/server.log" "$HTTPWG_SERVER_LOG"
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# httpwg requests "/" (POST, mostly); the app reads the whole body before answering, so that
+# the request's stream is still open when h2 checks what follows (content-length, trailers).
+cat >"$work/httpwg_app.py" <<'EOF'
+"""httpwg's app (scripts/httpwg.sh): reads the request body, then answers any path 200."""
+
+
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    while True:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            break
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"text/plain")],
+        }
+    )
+    await send({"type": "http.response.body", "body": b"hello from ferrule\n"})
+EOF
+
+app=${HTTPWG_APP:-httpwg_app:app}
+
+port=$(python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])')
+
+PYTHONPATH="$work${PYTHONPATH:+:$PYTHONPATH}" python3 -m ferrule "$app" \
+    --host 127.0.0.1 --port "$port" --log-level warning --no-access-log \
+    >"$work/server.log" 2>&1 &
+server_pid=$!
+
+# Up once it accepts a connection; given up after 30 s or if it exits.
+up=0
+for _ in $(seq 300); do
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+        break
+    fi
+    if python3 -c 'import socket, sys
+socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=0.5).close()' "$port" \
+        2>/dev/null; then
+        up=1
+        break
+    fi
+    sleep 0.1
+done
+if [[ $up != 1 ]]; then
+    echo "httpwg: the server did not start (python3 -m ferrule $app --port $port):" >&2
+    cat "$work/server.log" >&2
+    exit 2
+fi
+
+# httpwg exits 1 when any case fails: not an error here.
+extra=()
+if [[ -n ${HTTPWG_ARGS:-} ]]; then
+    eval "extra=(${HTTPWG_ARGS})"
+fi
+set +e
+"$HTTPWG" -v -a "127.0.0.1:$port" "${extra[@]}" >"$work/httpwg.out" 2>&1
+httpwg_rc=$?
+set -e
+sed 's/\x1b\[[0-9;]*m//g' "$work/httpwg.out" >"$work/httpwg.log"
+if [[ -n ${HTTPWG_LOG:-} ]]; then
+    cp "$work/httpwg.log" "$HTTPWG_LOG"
+fi
+
+stop_server
+
+# A case that passed says "Test passed"; one that failed says "Test failed" and why; one whose
+# task panicked (an unwrap on a timeout) says nothing more: failing = run - passed.
+python3 - "$work/httpwg.log" "$httpwg_rc" <<'EOF'
+import re
+import sys
+
+log = open(sys.argv[1], encoding="utf-8", errors="replace").read()
+ran = re.findall(r"Running test: (.+)", log)
+passed = set(re.findall(r"Test passed: (.+)", log))
+reasons = {}
+for match in re.finditer(r"Test failed: (.+)\n\s*\n\s*0: (.+)", log):
+    reasons[match.group(1)] = match.group(2).strip()
+summary = re.search(r"Passed (\d+)/(\d+) tests", log)
+failing = [case for case in ran if case not in passed]
+print(f"httpwg: {len(ran) - len(failing)} passed, {len(failing)} failed")
+for case in sorted(failing):
+    print(f"  FAIL {case}")
+    print(f"       {reasons.get(case, 'no verdict: the case panicked (see below) or never ended')}")
+if not ran:
+    print(f"  (httpwg ran no case, exit status {sys.argv[2]}; its output:)")
+    print(log[-2000:])
+elif summary and int(summary.group(1)) != len(ran) - len(failing):
+    print(f"  (httpwg's own count: {summary.group(0)})")
+panics = re.findall(r"Message:\s+(.+)", log)
+for message in panics:
+    print(f"  httpwg panicked: {message}")
+EOF
+exit 0
