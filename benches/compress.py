@@ -302,13 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     if not has_compress():
         notes.append("this ferrule has no --compress: its rows were skipped")
         chosen = [row for row in chosen if not row.compress]
-    load_before = uptime()
-    log(f"uptime: {load_before}")
-    if os.getloadavg()[0] > 0.5:
-        log("warning: the machine is busy: the numbers will be noisy")
-    build = harness.ferrule_build()
-    if "dev build" in build:
-        log(f"warning: ferrule is a {build}: its numbers will be low (use --ferrule-path)")
+    load_before, build = harness.sitting()
     results, failures = measure(chosen, args)
     lines = [
         "# ferrule response compression",

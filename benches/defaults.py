@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import os
 import shlex
 import statistics
 import subprocess
@@ -374,13 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     harness.ferrule_path = args.ferrule_path
     rows = pick(args.servers, ROWS_BY_NAME, "row")
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    load_before = uptime()
-    log(f"uptime: {load_before}")
-    if os.getloadavg()[0] > 0.5:
-        log("warning: the machine is busy: the numbers will be noisy")
-    build = harness.ferrule_build()
-    if "dev build" in build:
-        log(f"warning: ferrule is a {build}: its numbers will be low (use --ferrule-path)")
+    load_before, build = harness.sitting()
     results, failures = measure(rows, args)
     lines = [
         "# The servers as deployed: defaults and access logs",

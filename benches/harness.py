@@ -577,6 +577,19 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
+def sitting() -> tuple[str, str]:
+    """The load before a sitting and the ferrule build it measures, each said on stderr with
+    a warning where it makes the numbers doubtful (a busy machine, a dev build)."""
+    load_before = uptime()
+    log(f"uptime: {load_before}")
+    if os.getloadavg()[0] > 0.5:
+        log("warning: the machine is busy: the numbers will be noisy")
+    build = ferrule_build()
+    if "dev build" in build:
+        log(f"warning: ferrule is a {build}: its numbers will be low (use --ferrule-path)")
+    return load_before, build
+
+
 def log(text: str) -> None:
     """A progress line on stderr (stdout is the report's)."""
     sys.stderr.write(text + "\n")

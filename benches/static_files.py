@@ -345,13 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         size = parse_size(label)
         connections = args.connections if size < LARGE else args.large_connections
         rows += [Row(server, label, size, connections) for server in args.servers]
-    load_before = uptime()
-    log(f"uptime: {load_before}")
-    if os.getloadavg()[0] > 0.5:
-        log("warning: the machine is busy: the numbers will be noisy")
-    build = harness.ferrule_build()
-    if "dev build" in build:
-        log(f"warning: ferrule is a {build}: its numbers will be low (use --ferrule-path)")
+    load_before, build = harness.sitting()
     notes: list[str] = []
     results = measure(rows, args, notes, failures)
     lines = [
