@@ -350,6 +350,23 @@ def access_path(log_config: bool, fd: int) -> tuple[str, str]:
     return "fast", "formatted and written by the server"
 
 
+def access_fields_wanted(log_config: bool) -> bool:
+    """Whether access records should carry the line's fields as attributes: wherever a handler
+    or formatter other than ferrule's own text one may read them. (With only a filter added,
+    as for dropping health checks, the record has uvicorn's arguments alone: the attributes
+    cost the logging path a third more.)"""
+    handler = _access_handler
+    target = logging.getLogger("uvicorn.access")
+    return (
+        log_config
+        or handler is None
+        or bool(logging.getLogger("ferrule.access").handlers)
+        or target.handlers != [handler]
+        or target.propagate
+        or type(handler.formatter) is not _Formatter
+    )
+
+
 #: The methods of ``logging``'s classes a record passes through on its way to the access
 #: handler: a program that wraps one of them (to record or alter every record) is honoured.
 _RECORD_ROUTE = (

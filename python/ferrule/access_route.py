@@ -11,6 +11,7 @@ from typing import Any
 from ferrule._logging import (
     STATUS_PHRASES,
     access_colours,
+    access_fields_wanted,
     access_path,
     access_stream_fd,
     access_writer,
@@ -26,6 +27,7 @@ class AccessRouting:
         self.http = http
         self.config = config
         self.route: tuple[str, str] | None = None
+        self.fields: bool | None = None
         self.has_writer = False
 
     def update(self) -> None:
@@ -35,7 +37,11 @@ class AccessRouting:
         if not config.access_log:
             return
         fd = access_stream_fd()
-        route = access_path(config.log_config is not None, -1 if fd is None else fd)
+        log_config = config.log_config is not None
+        fields = access_fields_wanted(log_config)
+        if fields != self.fields:
+            self.http.access_fields = self.fields = fields
+        route = access_path(log_config, -1 if fd is None else fd)
         if route == self.route:
             return
         path, why = route

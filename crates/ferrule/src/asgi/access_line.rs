@@ -52,10 +52,12 @@ impl AccessLog<'_> {
         kind: LineKind,
         rendered: Option<&str>,
     ) {
-        let headers = self.headers;
-        let extra = match attributes(py, entry, outcome, kind, headers) {
-            Ok(extra) => extra,
-            Err(err) => return err.write_unraisable(py, None),
+        let extra = match self.fields {
+            true => match attributes(py, entry, outcome, kind, self.headers) {
+                Ok(extra) => Some(extra),
+                Err(err) => return err.write_unraisable(py, None),
+            },
+            false => None,
         };
         let (client, target) = (&entry.client, &entry.target);
         match (rendered, kind) {
@@ -102,19 +104,23 @@ impl AccessLog<'_> {
 }
 
 /// Logs `args` (a message and its arguments) at INFO on the access logger, with `extra`'s
-/// attributes; what logging raises is reported as unraisable, never to the app.
+/// attributes if any; what logging raises is reported as unraisable, never to the app.
 fn log_info<'py>(
     py: Python<'py>,
     logger: &Py<PyAny>,
     args: impl PyCallArgs<'py>,
-    extra: Bound<'py, PyDict>,
+    extra: Option<Bound<'py, PyDict>>,
 ) {
-    let kwargs = PyDict::new(py);
-    let logged = kwargs.set_item(intern!(py, "extra"), extra).and_then(|_| {
-        logger
-            .bind(py)
-            .call_method(intern!(py, "info"), args, Some(&kwargs))
-    });
+    let logger = logger.bind(py);
+    let logged = match extra {
+        Some(extra) => {
+            let kwargs = PyDict::new(py);
+            kwargs
+                .set_item(intern!(py, "extra"), extra)
+                .and_then(|_| logger.call_method(intern!(py, "info"), args, Some(&kwargs)))
+        }
+        None => logger.call_method1(intern!(py, "info"), args),
+    };
     if let Err(err) = logged {
         err.write_unraisable(py, None);
     }

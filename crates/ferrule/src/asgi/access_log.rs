@@ -24,6 +24,9 @@ pub struct AccessLog<'a> {
     pub json: bool,
     /// `--access-log-headers`: the request headers a JSON line, or a record, also gives.
     pub headers: &'a [HeaderName],
+    /// Whether a record carries the line's fields as attributes (they cost the logging path
+    /// a third more, so only where a formatter or handler other than ferrule's may read them).
+    pub fields: bool,
 }
 
 /// What the access line of one request (or WebSocket session) needs of its request. Made only

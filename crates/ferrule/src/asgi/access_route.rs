@@ -2,7 +2,7 @@
 //! Written here (the fast path) only while the access logger is exactly as ferrule set it up;
 //! through Python's `logging` the moment anything else may read the records.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::logs::LineWriter;
@@ -67,6 +67,8 @@ impl FastAccess {
 pub struct AccessRoute {
     path: AtomicU8,
     fast: OnceLock<FastAccess>,
+    /// Whether records on the logging path carry the line's fields as attributes.
+    fields: AtomicBool,
 }
 
 impl AccessRoute {
@@ -75,6 +77,7 @@ impl AccessRoute {
         Self {
             path: AtomicU8::new(path as u8),
             fast: OnceLock::new(),
+            fields: AtomicBool::new(true),
         }
     }
 
@@ -90,6 +93,14 @@ impl AccessRoute {
         }
         self.path.store(path as u8, Ordering::Relaxed);
         true
+    }
+
+    pub fn set_fields(&self, fields: bool) {
+        self.fields.store(fields, Ordering::Relaxed);
+    }
+
+    pub fn fields(&self) -> bool {
+        self.fields.load(Ordering::Relaxed)
     }
 
     pub fn path(&self) -> AccessPath {

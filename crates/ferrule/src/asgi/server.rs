@@ -43,6 +43,7 @@ impl Server {
             fast,
             json: self.settings.log_json,
             headers: &self.settings.access_log_headers,
+            fields: self.access.fields(),
         })
     }
 

@@ -134,6 +134,12 @@ impl HttpServer {
         Ok(())
     }
 
+    /// Whether access records on the logging path carry the line's fields as attributes.
+    #[setter]
+    fn set_access_fields(&self, fields: bool) {
+        self.server.access.set_fields(fields);
+    }
+
     #[getter]
     fn access_path(&self) -> &'static str {
         match self.server.access.path() {
