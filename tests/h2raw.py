@@ -217,10 +217,11 @@ def app_saw(server: ServerProcess, text: str) -> list[str]:
 
 
 def check_still_serving(server: ServerProcess) -> None:
-    """The server is alive and answers HTTP/1.1 and HTTP/2 (prior knowledge) within a second."""
+    """The server is alive and answers HTTP/1.1 and HTTP/2 (prior knowledge), each within 10 s:
+    what is caught is a server held by an attack, not a slow answer on a loaded machine."""
     assert server.returncode is None, f"the server died\n{server.describe()}"
-    assert server.get("/ok", timeout=1.0).status_code == 200
-    with server.client(timeout=1.0, http1=False, http2=True) as client:
+    assert server.get("/ok", timeout=10.0).status_code == 200
+    with server.client(timeout=10.0, http1=False, http2=True) as client:
         response = client.get("/ok")
     assert (response.status_code, response.http_version) == (200, "HTTP/2")
 

@@ -26,15 +26,19 @@ def gauge(server: ServerProcess, name: str) -> dict[str, int]:
     return server.get("/_gauge", timeout=2.0).json()[name]
 
 
+#: How long a server under attack may take to answer another client. What the checks catch is a
+#: loop or connection task held for as long as the attack lasts (no answer at all); a bound of
+#: a second failed once with the whole suite run twice at once on two cores.
+PROMPT = 10.0
+
+
 def check_serves_promptly(server: ServerProcess, *, websocket: bool = False) -> None:
-    """The server is alive and answers HTTP/1.1 within a second on a new connection, HTTP/2 too,
-    and (``websocket``) echoes over a new WebSocket."""
+    """The server is alive and answers HTTP/1.1 on a new connection, HTTP/2 too, and
+    (``websocket``) echoes over a new WebSocket, each within :data:`PROMPT`."""
     assert server.returncode is None, f"the server died\n{server.describe()}"
-    started = time.monotonic()
-    assert server.get("/ok", timeout=1.0).text == "ok"
-    with server.client(timeout=1.0, http1=False, http2=True) as client:
+    assert server.get("/ok", timeout=PROMPT).text == "ok"
+    with server.client(timeout=PROMPT, http1=False, http2=True) as client:
         assert client.get("/ok").http_version == "HTTP/2"
-    assert time.monotonic() - started < 1.5, "the server answered slowly"
     if websocket:
 
         async def echo() -> str | bytes:
@@ -42,7 +46,7 @@ def check_serves_promptly(server: ServerProcess, *, websocket: bool = False) -> 
                 await ws.send("still here")
                 return await ws.recv()
 
-        assert run(echo(), timeout=2.0) == "still here"
+        assert run(echo(), timeout=PROMPT) == "still here"
 
 
 #: A masked ping with the largest payload a control frame may carry.

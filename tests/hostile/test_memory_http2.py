@@ -50,7 +50,7 @@ from h2raw import (
     request_fields,
     setting,
 )
-from hostileutil import provoke_resets
+from hostileutil import PROMPT, provoke_resets
 from memutil import MiB, RssGrowth, fd_count
 from serverutil import ServerProcess, running_server
 
@@ -109,14 +109,14 @@ class Target:
             return client.get("/_gauge", params={"reset": "1"} if reset else {}).json()[name]
 
     def check_serves_promptly(self) -> None:
-        """Alive, and a new connection gets ``/ok`` over HTTP/1.1 and HTTP/2 within a second."""
+        """Alive, and a new connection gets ``/ok`` over HTTP/1.1 and HTTP/2, each within
+        ``hostileutil.PROMPT`` (what is caught is a server held for as long as the attack
+        lasts, not a slow answer on a loaded machine)."""
         assert self.server.returncode is None, f"the server died\n{self.server.describe()}"
-        started = time.monotonic()
         for http2, version in ((False, "HTTP/1.1"), (True, "HTTP/2")):
-            with self.client(http2=http2) as client:
+            with self.client(http2=http2, timeout=PROMPT) as client:
                 response = client.get("/ok")
             assert (response.text, response.http_version) == ("ok", version)
-        assert time.monotonic() - started < 1.5, "the server answered slowly"
 
 
 @pytest.fixture(scope="module", params=["h2c", "h2-tls"])
