@@ -5,7 +5,7 @@ and reset at once, unfinished header frames (HTTP/3's slow head) and a QPACK bom
 static-table references. Each test checks that the server limits the attack (the idle
 timeout, flow control, the field section limit) or at least survives it, that its resident
 memory (``/proc/PID/status``) stays under a stated bound, and that a new HTTP/3 client is
-served within a second afterwards (``memory_app``, aioquic's QUIC classes, ``h3client``).
+served promptly afterwards (``memory_app``, aioquic's QUIC classes, ``h3client``).
 
 HTTP/3 has no CONTINUATION, SETTINGS or PING floods of HTTP/2's kind (a second SETTINGS is a
 connection error, and QUIC's PING is answered by an ACK the server would send anyway), and
@@ -91,14 +91,20 @@ def h3(
     return asyncio.run(main())
 
 
+#: How long a new HTTP/3 client may wait for ``/ok``, handshake included: what is caught is a
+#: server held by the attack; a bound of a second (aioquic's handshake is Python) failed once
+#: with the whole suite run twice at once on two cores.
+PROMPT = 5.0
+
+
 def check_serves_promptly(server: ServerProcess, certs: Certs) -> None:
-    """Alive, and a new HTTP/3 connection gets ``/ok`` within a second (handshake included)."""
+    """Alive, and a new HTTP/3 connection gets ``/ok`` within :data:`PROMPT`."""
     assert server.returncode is None, f"the server died\n{server.describe()}"
     started = time.monotonic()
-    response = h3(server, certs, lambda client: client.request("GET", "/ok", timeout=2.0))
+    response = h3(server, certs, lambda client: client.request("GET", "/ok", timeout=PROMPT))
     waited = time.monotonic() - started
     assert (response.status, bytes(response.body)) == (200, b"ok")
-    assert waited < 1.0, f"a new HTTP/3 client waited {waited:.2f} s"
+    assert waited < PROMPT, f"a new HTTP/3 client waited {waited:.2f} s"
 
 
 def report(what: str, grown: int, bound: int) -> None:
@@ -188,7 +194,7 @@ def test_abandoned_quic_connections_hold_under_32_mib(server: ServerProcess, cer
     """Rule: 100 QUIC connections that complete the handshake, start a request each (an app
     call held 5 s) and then go silent without a CONNECTION_CLOSE make the server hold under
     32 MiB more until its idle timeout (--timeout-keep-alive) drops them, and a new client is
-    served within a second meanwhile. Broken: a connection's state far above its buffers
+    served promptly meanwhile. Broken: a connection's state far above its buffers
     (quinn's, h3's, the app call's), or the server stuck on the dead peers. Measured:
     8.0-8.2 MiB (about 80 KiB a connection)."""
     assert server.port is not None
@@ -225,7 +231,7 @@ def test_abandoned_quic_connections_are_dropped_at_the_idle_timeout(certs: Certs
 def test_initial_flood_holds_under_8_mib(server: ServerProcess, certs: Certs) -> None:
     """Rule: 500 Initial packets from 50 source ports, each a new client that never completes
     its handshake, make the server hold under 8 MiB more (past 32 handshakes in progress it
-    answers with a stateless Retry), and a real client is served within a second. Broken: a
+    answers with a stateless Retry), and a real client is served promptly. Broken: a
     connection's state kept per Initial. Measured: 2.1-2.4 MiB."""
     assert server.port is not None
     growth = RssGrowth(server.pid)
@@ -384,7 +390,7 @@ def test_unfinished_header_frames_on_100_streams_hold_under_16_mib(
     """Rule (HTTP/3's slow head): 100 request streams each carrying the first 30 KB of a
     HEADERS frame that declares 60 KB (under the 64 KiB field section limit), never finished,
     make the server hold under 16 MiB more while they are open, and a new client is served
-    within a second. Broken: a partial frame costs a multiple of itself. Measured: 4.7-4.9 MiB."""
+    promptly. Broken: a partial frame costs a multiple of itself. Measured: 4.7-4.9 MiB."""
     growth = RssGrowth(server.pid)
     section = field_section(CSP_REFERENCE * 15_000)
 
