@@ -116,11 +116,8 @@ impl AccessRoute {
         self.fast.get().map_or(0, |fast| fast.writer.dropped())
     }
 
-    /// The fast path's writer and style, while the fast path is taken.
+    /// The fast path's writer and style, once given (`switch` takes the fast path only then).
     pub fn fast(&self) -> Option<&FastAccess> {
-        match self.path() {
-            AccessPath::Fast => self.fast.get(),
-            _ => None,
-        }
+        self.fast.get()
     }
 }

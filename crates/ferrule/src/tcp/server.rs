@@ -120,7 +120,8 @@ impl HttpServer {
     }
 
     /// Where access lines go from now on: "fast" (written here; only once a writer is set),
-    /// "logging" (through the `ferrule.access` logger) or "off". Whether it switched.
+    /// "logging" (through the `ferrule.access` logger) or "off"; the fast path before a writer
+    /// is set raises `ValueError`.
     #[setter]
     fn set_access_path(&self, path: &str) -> PyResult<()> {
         let parsed = AccessPath::parse(path).ok_or_else(|| {
@@ -138,15 +139,6 @@ impl HttpServer {
     #[setter]
     fn set_access_fields(&self, fields: bool) {
         self.server.access.set_fields(fields);
-    }
-
-    #[getter]
-    fn access_path(&self) -> &'static str {
-        match self.server.access.path() {
-            AccessPath::Off => "off",
-            AccessPath::Logging => "logging",
-            AccessPath::Fast => "fast",
-        }
     }
 
     /// Whether `--limit-max-requests` requests have been served.
