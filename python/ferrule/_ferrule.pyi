@@ -157,6 +157,34 @@ class HttpServer:
     def max_requests_reached(self) -> bool:
         """Whether ``--limit-max-requests`` requests have been served (a supervisor's worker
         keeps serving then, until its successor does)."""
+    def set_access_writer(
+        self, writer: AccessWriter, colours: bool, phrases: list[tuple[int, str]]
+    ) -> None:
+        """Give the access log's fast path its writer, whether lines are coloured, and
+        ``http.HTTPStatus``'s reason phrases as ``(status, phrase)`` pairs; the first call
+        wins."""
+    access_path: str
+    """Write-only: where access lines go from now on, "fast" (formatted and written by the
+    server; ValueError before ``set_access_writer``), "logging" (the ``ferrule.access``
+    logger) or "off" (``ferrule.access_route``)."""
+    access_fields: bool
+    """Write-only: whether access records on the logging path carry the line's fields as
+    attributes."""
+
+class AccessWriter:
+    """Access lines written to a descriptor by a thread of their own, in batches of whole
+    lines (``ferrule._logging.access_writer``: one per process)."""
+
+    def __init__(self, fd: int, limit: int, *, json: bool = False) -> None:
+        """Write to ``fd`` (ownership passes here), holding at most ``limit`` bytes of lines
+        (at least 4096) while nobody reads; ``json``: the line reporting dropped lines is a
+        JSON object. Raises ValueError for a smaller ``limit``."""
+    def flush(self, timeout: float) -> bool:
+        """Wait (without the GIL) until every line added so far is written, at most
+        ``timeout`` seconds; whether it was."""
+    @property
+    def dropped(self) -> int:
+        """Lines dropped so far because ``limit`` bytes were waiting."""
 
 class H3Server:
     """HTTP/3 over QUIC beside an ``HttpServer``: the same app, settings, limits and shutdown

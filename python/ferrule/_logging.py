@@ -320,7 +320,7 @@ def access_path(log_config: bool, fd: int) -> tuple[str, str]:
         return "logging", "ferrule.access has a filter or handler of its own"
     if target.filters:
         return "logging", "uvicorn.access has a filter"
-    if target.handlers != [handler] or target.propagate or target.disabled:
+    if not _handled_by_ferrule_alone(handler) or target.disabled:
         return "logging", "uvicorn.access has another handler, or propagates"
     if type(target) is not logging.Logger:
         return "logging", "uvicorn.access is not a plain logging.Logger"
@@ -356,14 +356,23 @@ def access_fields_wanted(log_config: bool) -> bool:
     as for dropping health checks, the record has uvicorn's arguments alone: the attributes
     cost the logging path a third more.)"""
     handler = _access_handler
-    target = logging.getLogger("uvicorn.access")
     return (
         log_config
         or handler is None
-        or bool(logging.getLogger("ferrule.access").handlers)
-        or target.handlers != [handler]
-        or target.propagate
+        or not _handled_by_ferrule_alone(handler)
         or type(handler.formatter) is not _Formatter
+    )
+
+
+def _handled_by_ferrule_alone(handler: logging.Handler) -> bool:
+    """Whether ``handler`` (the one ``configure_logging`` installed) is the only handler an
+    access record reaches: ``ferrule.access`` has none of its own, and ``uvicorn.access`` has
+    it alone and does not propagate."""
+    target = logging.getLogger("uvicorn.access")
+    return (
+        not logging.getLogger("ferrule.access").handlers
+        and target.handlers == [handler]
+        and not target.propagate
     )
 
 
