@@ -141,6 +141,10 @@ pub enum Error {
     /// An invalid setting value was provided
     InvalidSettingValue,
 
+    /// SETTINGS_INITIAL_WINDOW_SIZE above 2^31-1, which RFC 9113 6.5.2 makes a
+    /// FLOW_CONTROL_ERROR rather than a PROTOCOL_ERROR.
+    InvalidInitialWindowSize,
+
     /// An invalid window update value
     InvalidWindowUpdateValue,
 
