@@ -1753,6 +1753,19 @@ impl proto::Peer for Peer {
             malformed!("malformed headers: missing path in extended CONNECT");
         }
 
+        // RFC 9113 8.5: a CONNECT names the host to connect to in :authority.
+        if is_connect && !has_protocol && parts.authority.is_none() {
+            malformed!("malformed headers: CONNECT without :authority");
+        }
+
+        // RFC 9113 8.3.1: a Host naming another origin than :authority is malformed (a
+        // SHOULD): hops that read one or the other would route the request apart.
+        if let (Some(authority), Some(host)) = (&parts.authority, fields.get(http::header::HOST)) {
+            if !same_origin_host(authority, parts.scheme.as_ref(), host.as_bytes()) {
+                malformed!("malformed headers: host {:?} is not :authority", host);
+            }
+        }
+
         b = b.uri(parts);
 
         let mut request = match b.body(()) {
@@ -1769,6 +1782,25 @@ impl proto::Peer for Peer {
 
         Ok(request)
     }
+}
+
+/// Whether a Host value names the same host and port as :authority: the host compared without
+/// case, a missing port taken as the scheme's default.
+fn same_origin_host(
+    authority: &http::uri::Authority,
+    scheme: Option<&http::uri::Scheme>,
+    host: &[u8],
+) -> bool {
+    let Ok(host) = http::uri::Authority::try_from(host) else {
+        return false;
+    };
+    let default = match scheme.map(|scheme| scheme.as_str()) {
+        Some("http") => Some(80),
+        Some("https") => Some(443),
+        _ => None,
+    };
+    authority.host().eq_ignore_ascii_case(host.host())
+        && authority.port_u16().or(default) == host.port_u16().or(default)
 }
 
 // ===== impl Handshaking =====

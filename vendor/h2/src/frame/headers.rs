@@ -558,6 +558,16 @@ impl Continuation {
 // ===== impl Pseudo =====
 
 impl Pseudo {
+    /// Whether no pseudo-header field is set (as in trailers, RFC 9113 8.1).
+    pub fn is_empty(&self) -> bool {
+        self.method.is_none()
+            && self.scheme.is_none()
+            && self.authority.is_none()
+            && self.path.is_none()
+            && self.protocol.is_none()
+            && self.status.is_none()
+    }
+
     pub fn request(method: Method, uri: Uri, protocol: Option<Protocol>) -> Self {
         let parts = uri::Parts::from(uri);
 
@@ -937,6 +947,10 @@ impl HeaderBlock {
                             "load_hpack; TE header not set to trailers; val={:?}",
                             value
                         );
+                        malformed = true;
+                    } else if matches!(value.as_bytes(), [b' ' | b'\t', ..] | [.., b' ' | b'\t']) {
+                        // RFC 9113 8.2.1: a value MUST NOT start or end with SP or HTAB.
+                        tracing::trace!("load_hpack; whitespace around value; val={:?}", value);
                         malformed = true;
                     } else {
                         reg = true;

@@ -427,6 +427,12 @@ impl Recv {
             return Err(Error::library_reset(stream.id, Reason::PROTOCOL_ERROR));
         }
 
+        // RFC 9113 8.1: pseudo-header fields in trailers make the message malformed.
+        if !frame.pseudo().is_empty() {
+            proto_err!(stream: "recv_trailers: pseudo-header in trailers; stream={:?};", stream.id);
+            return Err(Error::library_reset(stream.id, Reason::PROTOCOL_ERROR));
+        }
+
         let trailers = frame.into_fields();
 
         // Push the frame onto the stream's recv buffer
