@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import time
 from collections.abc import Iterator
 
@@ -30,10 +31,12 @@ from h2raw import (
     PREFACE,
     PRIORITY,
     PROTOCOL_ERROR,
+    PUSH_PROMISE,
     RST_STREAM,
     SETTINGS,
     SETTINGS_INITIAL_WINDOW_SIZE,
     SETTINGS_MAX_CONCURRENT_STREAMS,
+    STREAM_CLOSED,
     TIMEOUT,
     WINDOW_UPDATE,
     H2Raw,
@@ -443,6 +446,70 @@ def test_pseudo_header_in_trailers_is_malformed(server: ServerProcess) -> None:
     messages = fetch_record(server, key)
     complete = [m for m in messages if m["type"] == "http.request" and not m["more_body"]]
     assert not complete, json.dumps(messages)
+
+
+def test_frames_on_a_stream_the_client_ended_are_stream_closed(server: ServerProcess) -> None:
+    """Rule (RFC 9113 5.1, half-closed (remote): "If an endpoint receives additional frames,
+    other than WINDOW_UPDATE, PRIORITY, or RST_STREAM, for a stream that is in this state, it
+    MUST respond with a stream error (Section 5.4.2) of type STREAM_CLOSED"; 6.1 for DATA):
+    a DATA frame and a second HEADERS after the client's END_STREAM, each sent while the app
+    still holds the stream, reset it with STREAM_CLOSED, and the connection serves on.
+    Broken: GOAWAY PROTOCOL_ERROR, the h2 crate as released (seen failing)."""
+    for late in (
+        frame(DATA, END_STREAM, 1, b"late"),
+        frame(HEADERS, END_HEADERS | END_STREAM, 1, block([("x-late", "1")])),
+    ):
+        with H2Raw(server) as conn:
+            conn.send(get(1, "/sleep?secs=0.5") + late)
+            conn.send(get(3, "/ok"))
+            got = conn.read(until_close=False)
+        assert got.resets().get(1) == STREAM_CLOSED, got.describe()
+        assert got.goaway() is None and got.statuses.get(3) == "200", got.describe()
+
+
+def test_data_refused_on_ended_streams_is_given_back_to_the_connection_window(
+    server: ServerProcess,
+) -> None:
+    """Rule (RFC 9113 6.9): DATA the server refuses still counts against the connection's
+    flow-control window, and the server gives it back: after nearly a window's worth of DATA
+    on streams the client had ended (each refused with STREAM_CLOSED), the server's
+    WINDOW_UPDATEs on stream 0 return at least half of it, and the connection serves on.
+    Broken: never given back (no WINDOW_UPDATE: the connection stalls for good), or given back
+    twice (a debug build of the server panicked on the subtraction, seen failing while the
+    patch released the capacity itself)."""
+    with H2Raw(server) as conn:
+        start = conn.read(0.5, until_close=False)
+        window = 65_535 + sum(
+            int.from_bytes(f.payload, "big") & 0x7FFFFFFF
+            for f in start.frames
+            if f.kind == WINDOW_UPDATE and f.stream == 0
+        )
+        chunk, sent, stream = 16_000, 0, 1
+        while sent + chunk < window * 0.9:
+            conn.send(get(stream, "/sleep?secs=0.5") + frame(DATA, 0, stream, b"d" * chunk))
+            sent, stream = sent + chunk, stream + 2
+        conn.send(get(stream, "/ok"))
+        got = conn.read(until_close=False)
+    returned = sum(
+        int.from_bytes(f.payload, "big") & 0x7FFFFFFF
+        for f in got.frames
+        if f.kind == WINDOW_UPDATE and f.stream == 0
+    )
+    assert got.goaway() is None and got.statuses.get(stream) == "200", got.describe()
+    assert set(got.resets().values()) == {STREAM_CLOSED}, got.describe()
+    assert returned >= sent / 2, f"{sent} bytes refused, {returned} given back"
+
+
+def test_push_promise_from_a_client_is_refused_without_waiting_for_its_field_block(
+    server: ServerProcess,
+) -> None:
+    """Rule (RFC 9113 8.4): "servers MUST treat the receipt of a PUSH_PROMISE frame as a
+    connection error (Section 5.4.1) of type PROTOCOL_ERROR", also one whose field block
+    would go on in a CONTINUATION. Broken: the h2 crate as released waits for the
+    CONTINUATION that never comes, and sends nothing (seen failing: no GOAWAY in 2 s)."""
+    promise = struct.pack(">I", 2) + block(request_fields("/pp"))
+    got = exchange(server, frame(PUSH_PROMISE, 0, 1, promise))
+    assert got.closed and got.goaway() == PROTOCOL_ERROR, got.describe()
 
 
 @pytest.mark.xfail(strict=True, reason="the h2 crate does not check that SETTINGS comes first")

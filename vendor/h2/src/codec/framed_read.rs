@@ -38,6 +38,10 @@ struct FrameDecoder {
     max_continuation_frames: usize,
 
     partial: Option<Partial>,
+
+    /// A server refuses PUSH_PROMISE as its frame header arrives, not after its field block:
+    /// one without END_HEADERS would otherwise wait for a CONTINUATION that need never come.
+    refuse_push_promise: bool,
 }
 
 /// Partially loaded headers frame
@@ -101,6 +105,11 @@ impl<T> FramedRead<T> {
     pub fn set_header_table_size(&mut self, val: usize) {
         self.decoder.set_header_table_size(val);
     }
+
+    /// Treat any PUSH_PROMISE as a connection error (a server's side, RFC 9113 8.4).
+    pub fn refuse_push_promise(&mut self) {
+        self.decoder.refuse_push_promise = true;
+    }
 }
 
 fn calc_max_continuation_frames(header_max: usize, frame_max: usize) -> usize {
@@ -123,6 +132,7 @@ impl FrameDecoder {
                 max_frame_size,
             ),
             partial: None,
+            refuse_push_promise: false,
         }
     }
 
@@ -282,6 +292,12 @@ fn decode_frame(decoder: &mut FrameDecoder, mut bytes: BytesMut) -> Result<Optio
                 Error::library_go_away(load_error_reason(&e))
             })?
             .into()
+        }
+        Kind::PushPromise if decoder.refuse_push_promise => {
+            // RFC 9113 8.4: "servers MUST treat the receipt of a PUSH_PROMISE frame as a
+            // connection error (Section 5.4.1) of type PROTOCOL_ERROR".
+            proto_err!(conn: "received PUSH_PROMISE as a server");
+            return Err(Error::library_go_away(Reason::PROTOCOL_ERROR));
         }
         Kind::PushPromise => header_block!(PushPromise, head, bytes),
         Kind::Priority => {

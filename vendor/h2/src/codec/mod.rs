@@ -105,6 +105,11 @@ impl<T, B> Codec<T, B> {
         self.inner.set_max_header_list_size(val);
     }
 
+    /// Treat any PUSH_PROMISE received as a connection error (a server's side).
+    pub fn refuse_push_promise(&mut self) {
+        self.inner.refuse_push_promise();
+    }
+
     /// Get a reference to the inner stream.
     #[cfg(feature = "unstable")]
     pub fn get_ref(&self) -> &T {

@@ -667,8 +667,14 @@ impl Recv {
         let is_ignoring_frame = stream.state.is_local_error();
 
         if !is_ignoring_frame && !stream.state.is_recv_streaming() {
-            // TODO: There are cases where this can be a stream error of
-            // STREAM_CLOSED instead...
+            // RFC 9113 5.1, 6.1: DATA on a stream the peer has ended or reset MUST be a stream
+            // error of type STREAM_CLOSED. It still counts against the connection's window:
+            // consumed here, released by the caller as for any stream error on DATA.
+            if stream.state.is_recv_end_stream() || stream.state.is_remote_reset() {
+                proto_err!(stream: "DATA on a stream closed by the peer; stream={:?}", stream.id);
+                self.consume_connection_window(sz)?;
+                return Err(Error::library_reset(stream.id, Reason::STREAM_CLOSED));
+            }
 
             // Receiving a DATA frame when not expecting one is a protocol
             // error.

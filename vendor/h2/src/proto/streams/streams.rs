@@ -583,6 +583,12 @@ impl Inner {
                     Err(RecvHeaderBlockError::State(err)) => Err(err),
                 }
             } else {
+                // RFC 9113 5.1: HEADERS on a stream the peer has ended (half-closed (remote))
+                // or reset MUST be a stream error of type STREAM_CLOSED.
+                if stream.state.is_recv_end_stream() || stream.state.is_remote_reset() {
+                    proto_err!(stream: "recv_headers: stream closed by the peer; stream={:?}", stream.id);
+                    return Err(Error::library_reset(stream.id, Reason::STREAM_CLOSED));
+                }
                 if !frame.is_end_stream() {
                     // Receiving trailers that don't set EOS is a "malformed"
                     // message. Malformed messages are a stream error.
