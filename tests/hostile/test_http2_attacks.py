@@ -8,7 +8,8 @@ HTTP/1.1 and HTTP/2 promptly. Field blocks are encoded by hand (HPACK literals w
 indexing, RFC 7541 6.2.2) so that what is on the wire is exactly what the test means; answers
 are decoded with ``hpack``.
 
-Strict xfails record what ferrule (through hyper and the h2 crate) gets wrong today.
+Where the h2 crate as released answered otherwise, ferrule carries a patch to it (listed in
+``vendor/README.md``); each test says what the released crate did.
 """
 
 from __future__ import annotations

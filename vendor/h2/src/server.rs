@@ -387,7 +387,7 @@ where
 
         // Create the codec.
         let mut codec = Codec::new(io);
-        codec.refuse_push_promise();
+        codec.decode_as_server();
 
         if let Some(max) = builder.settings.max_frame_size() {
             codec.set_max_recv_frame_size(max as usize);

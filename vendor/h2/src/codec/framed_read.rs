@@ -42,6 +42,9 @@ struct FrameDecoder {
     /// A server refuses PUSH_PROMISE as its frame header arrives, not after its field block:
     /// one without END_HEADERS would otherwise wait for a CONTINUATION that need never come.
     refuse_push_promise: bool,
+
+    /// A server's first frame from the client must be SETTINGS (RFC 9113 3.4).
+    expect_settings: bool,
 }
 
 /// Partially loaded headers frame
@@ -106,9 +109,11 @@ impl<T> FramedRead<T> {
         self.decoder.set_header_table_size(val);
     }
 
-    /// Treat any PUSH_PROMISE as a connection error (a server's side, RFC 9113 8.4).
-    pub fn refuse_push_promise(&mut self) {
+    /// A server's side: any PUSH_PROMISE is a connection error (RFC 9113 8.4), and so is a
+    /// first frame other than SETTINGS (3.4).
+    pub fn decode_as_server(&mut self) {
         self.decoder.refuse_push_promise = true;
+        self.decoder.expect_settings = true;
     }
 }
 
@@ -133,6 +138,7 @@ impl FrameDecoder {
             ),
             partial: None,
             refuse_push_promise: false,
+            expect_settings: false,
         }
     }
 
@@ -175,6 +181,16 @@ fn decode_frame(decoder: &mut FrameDecoder, mut bytes: BytesMut) -> Result<Optio
     let kind = head.kind();
 
     tracing::trace!(frame.kind = ?kind);
+
+    if decoder.expect_settings {
+        // RFC 9113 3.4: the client preface's SETTINGS frame "MUST be the first frame the
+        // client sends"; anything else is a connection error PROTOCOL_ERROR.
+        if kind != Kind::Settings {
+            proto_err!(conn: "expected SETTINGS first, got {:?}", kind);
+            return Err(Error::library_go_away(Reason::PROTOCOL_ERROR));
+        }
+        decoder.expect_settings = false;
+    }
 
     macro_rules! header_block {
         ($frame:ident, $head:ident, $bytes:ident) => ({

@@ -105,9 +105,9 @@ impl<T, B> Codec<T, B> {
         self.inner.set_max_header_list_size(val);
     }
 
-    /// Treat any PUSH_PROMISE received as a connection error (a server's side).
-    pub fn refuse_push_promise(&mut self) {
-        self.inner.refuse_push_promise();
+    /// Decode as a server: PUSH_PROMISE refused, SETTINGS required first.
+    pub fn decode_as_server(&mut self) {
+        self.inner.decode_as_server();
     }
 
     /// Get a reference to the inner stream.
