@@ -21,6 +21,9 @@ type RecvStream = RequestStream<h3_quinn::RecvStream, Bytes>;
 /// H3_INTERNAL_ERROR (RFC 9114 8.1): the stream a failed app left unfinished is reset with it.
 const H3_INTERNAL_ERROR: h3::error::Code = h3::error::Code::H3_INTERNAL_ERROR;
 
+/// H3_MESSAGE_ERROR (RFC 9114 8.1): a malformed request's stream is reset with it (4.1.2).
+const H3_MESSAGE_ERROR: h3::error::Code = h3::error::Code::H3_MESSAGE_ERROR;
+
 /// Serves one request stream, from its head to the response's end.
 pub(super) async fn serve_request(
     resolver: RequestResolver<QuicConnection, Bytes>,
@@ -29,9 +32,14 @@ pub(super) async fn serve_request(
 ) {
     // A malformed head: the h3 crate has answered it (431 for one over the head limit) or
     // reset the stream.
-    let Ok((request, stream)) = resolver.resolve_request().await else {
+    let Ok((request, mut stream)) = resolver.resolve_request().await else {
         return;
     };
+    if has_padded_value(request.headers()) {
+        stream.stop_sending(H3_MESSAGE_ERROR);
+        stream.stop_stream(H3_MESSAGE_ERROR);
+        return;
+    }
     let (mut send, recv) = stream.split();
     let request = request.map(|()| {
         IncomingBody::Stream(Box::pin(StreamBody {
@@ -92,6 +100,15 @@ pub(super) async fn serve_request(
         }
     }
     let _ = send.finish().await;
+}
+
+/// Whether a field value starts or ends with SP or HTAB: RFC 9110 5.5 leaves that whitespace
+/// out of a value and RFC 9114 4.1.2 makes "invalid characters in field ... values" malformed
+/// (as RFC 9113 8.2.1 does over HTTP/2). The h3 crate passes them, as `HeaderValue` allows.
+fn has_padded_value(headers: &http::HeaderMap) -> bool {
+    headers
+        .values()
+        .any(|value| matches!(value.as_bytes(), [b' ' | b'\t', ..] | [.., b' ' | b'\t']))
 }
 
 /// Fields that belong to one HTTP/1.1 connection, not to an HTTP/3 message.
