@@ -381,7 +381,9 @@ async def main():
         await asyncio.sleep(0.01)
     reader, writer = await asyncio.open_connection(*sock.getsockname())
     writer.write(b"GET / HTTP/1.1\\r\\nHost: t\\r\\nConnection: close\\r\\n\\r\\n")
-    print("answer:", (await reader.read()).rsplit(b"\\r\\n", 1)[-1].decode())
+    # One string, one write: the access line goes to the same stdout from the server's own
+    # writer thread, and can land between the two writes of print("answer:", body).
+    print("answer: " + (await reader.read()).rsplit(b"\\r\\n", 1)[-1].decode())
     writer.close()
     await server.shutdown()
     await task
