@@ -1,34 +1,67 @@
 #!/usr/bin/env bash
 # HTTP/2 conformance: runs httpwg (httpwg-cli 0.2.5, the RFC 9113 suite) against ferrule
-# serving h2c with prior knowledge on 127.0.0.1, and prints
+# serving h2c with prior knowledge on 127.0.0.1 (the default `--http auto`), and prints
 #
-#   httpwg: N passed, M failed
+#   httpwg: N of 107 cases pass, M fail
 #
 # then each failing case: its id as httpwg names it, and under it httpwg's reason.
-# Informational, not a gate: exits 0 whatever the count, 2 if the server could not start,
-# 3 if httpwg is missing. Results and their analysis: benches/results/httpwg-*.md.
 #
-# Install httpwg once with
-#   CARGO_TARGET_DIR=/var/cache/httpwg-target cargo install httpwg-cli --version 0.2.5 --locked
+# The cases run one at a time (httpwg's SEQUENTIAL=1) and each waits up to a second for a frame
+# (--frame-timeout 1000): all 107 at once on httpwg's one thread, with its default of 250 ms, the
+# count moved with the machine's load (cases decided by which of two timers fired first).
+#
+# Options:
+#   --gate     exit 1 unless the failing cases are exactly KNOWN_FAILING below (CI runs this)
+#   --install  build httpwg into /var/cache/httpwg once (cargo install httpwg-cli 0.2.5)
+# Exits 2 if the server could not start, 3 if httpwg is missing; otherwise 0 (or the gate's 1).
+# httpwg is looked for on PATH, then in /var/cache/httpwg/bin.
 #
 # Environment:
 #   HTTPWG_APP        the ASGI app (default: an app written to the temporary directory that
 #                     reads the request body, then answers any path 200 with a 19-byte body;
-#                     none in tests/apps does both for "/", the path httpwg requests).
-#                     examples.hello:app is what the 2026-11-26 run served: it answers without
-#                     reading the body, so about nine more cases race its early response.
-#   HTTPWG_ARGS       extra httpwg options, e.g. "--frame-timeout 1000" or "-f 'RFC 9113 :: 8.'"
+#                     none in tests/apps does both for "/", the path httpwg requests)
+#   HTTPWG_ARGS       extra httpwg options, e.g. "-f 'RFC 9113 :: 8.'"
+#   HTTPWG_PARALLEL=1 all cases at once with httpwg's own timeout, as httpwg runs by default
 #   HTTPWG_LOG        keep httpwg's full output (colour codes removed) in this file
 #   HTTPWG_SERVER_LOG keep the server's output in this file
-#   SEQUENTIAL=1      read by httpwg itself: one case at a time instead of all 107 at once
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-HTTPWG=${HTTPWG:-$(command -v httpwg || echo "$HOME/.cargo/bin/httpwg")}
+# Cases that fail for the reason docs/conformance.md gives: HEADERS on a stream id the client
+# has used before is a connection error PROTOCOL_ERROR, as RFC 9113 5.1.1 requires of an
+# unexpected stream identifier; httpwg expects STREAM_CLOSED, from RFC 7540.
+KNOWN_FAILING=(
+    "RFC 9113 :: 5. streams and multiplexing :: closed sends headers frame"
+    "RFC 9113 :: 5. streams and multiplexing :: closed sends headers frame after rst stream"
+)
+HTTPWG_ROOT=/var/cache/httpwg
+
+gate=0
+case ${1:-} in
+    --gate) gate=1 ;;
+    --install)
+        if [[ ! -x $HTTPWG_ROOT/bin/httpwg ]]; then
+            CARGO_TARGET_DIR=$HTTPWG_ROOT/target cargo install --quiet --root "$HTTPWG_ROOT" \
+                httpwg-cli --version 0.2.5 --locked
+        fi
+        exit 0
+        ;;
+    "") ;;
+    *)
+        echo "usage: scripts/httpwg.sh [--gate | --install]" >&2
+        exit 64
+        ;;
+esac
+
+HTTPWG=${HTTPWG:-$(command -v httpwg || echo "$HTTPWG_ROOT/bin/httpwg")}
 if [[ ! -x $HTTPWG ]]; then
-    echo "httpwg not found: cargo install httpwg-cli --version 0.2.5 --locked" >&2
+    echo "httpwg not found: scripts/httpwg.sh --install" >&2
     exit 3
+fi
+if [[ ${HTTPWG_PARALLEL:-0} != 1 ]]; then
+    export SEQUENTIAL=1
+    HTTPWG_ARGS="--frame-timeout 1000 ${HTTPWG_ARGS:-}"
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/httpwg.XXXXXX")
@@ -130,7 +163,7 @@ stop_server
 
 # A case that passed says "Test passed"; one that failed says "Test failed" and why; one whose
 # task panicked (an unwrap on a timeout) says nothing more: failing = run - passed.
-python3 - "$work/httpwg.log" "$httpwg_rc" <<'EOF'
+python3 - "$work/httpwg.log" "$httpwg_rc" "$gate" "${KNOWN_FAILING[@]}" <<'EOF'
 import re
 import sys
 
@@ -142,7 +175,7 @@ for match in re.finditer(r"Test failed: (.+)\n\s*\n\s*0: (.+)", log):
     reasons[match.group(1)] = match.group(2).strip()
 summary = re.search(r"Passed (\d+)/(\d+) tests", log)
 failing = [case for case in ran if case not in passed]
-print(f"httpwg: {len(ran) - len(failing)} passed, {len(failing)} failed")
+print(f"httpwg: {len(ran) - len(failing)} of {len(ran)} cases pass, {len(failing)} fail")
 for case in sorted(failing):
     print(f"  FAIL {case}")
     print(f"       {reasons.get(case, 'no verdict: the case panicked (see below) or never ended')}")
@@ -154,5 +187,13 @@ elif summary and int(summary.group(1)) != len(ran) - len(failing):
 panics = re.findall(r"Message:\s+(.+)", log)
 for message in panics:
     print(f"  httpwg panicked: {message}")
+if sys.argv[3] == "1":
+    known = set(sys.argv[4:])
+    unexpected = sorted(set(failing) - known)
+    fixed = sorted(known - set(failing))
+    for case in unexpected:
+        print(f"httpwg gate: fails, not in KNOWN_FAILING: {case}")
+    for case in fixed:
+        print(f"httpwg gate: passes, remove it from KNOWN_FAILING: {case}")
+    sys.exit(1 if unexpected or fixed or not ran else 0)
 EOF
-exit 0
