@@ -393,6 +393,13 @@ RESET_BEFORE_THE_APP = {
     "value-trailing-tab": [(":method", "GET"), *B, (":path", "/TAG"), ("x-a", "v\t")],
     # 8.5: a CONNECT's :authority names where to connect; without it the request is malformed.
     "connect-without-authority": [(":method", "CONNECT"), ("x-tag", "TAG")],
+    # 8.3.1: "The authority MUST NOT include the deprecated userinfo subcomponent".
+    "authority-with-userinfo": [
+        (":method", "GET"),
+        (":scheme", "http"),
+        (":authority", "user:pw@x"),
+        (":path", "/TAG"),
+    ],
     # 8.3.1: a Host naming another origin than :authority (another host, or another port).
     "host-not-authority": [(":method", "GET"), *B, (":path", "/TAG"), ("host", "y")],
     "host-other-port": [(":method", "GET"), *B, (":path", "/TAG"), ("host", "x:8080")],

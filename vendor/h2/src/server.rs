@@ -1754,6 +1754,15 @@ impl proto::Peer for Peer {
             malformed!("malformed headers: missing path in extended CONNECT");
         }
 
+        // RFC 9113 8.3.1: "The authority MUST NOT include the deprecated userinfo subcomponent
+        // for "http" or "https" schemed URIs."
+        if let (Some(authority), Some(scheme)) = (&parts.authority, &parts.scheme) {
+            let web = matches!(scheme.as_str(), "http" | "https");
+            if web && authority.as_str().contains('@') {
+                malformed!("malformed headers: userinfo in :authority");
+            }
+        }
+
         // RFC 9113 8.5: a CONNECT names the host to connect to in :authority.
         if is_connect && !has_protocol && parts.authority.is_none() {
             malformed!("malformed headers: CONNECT without :authority");
