@@ -326,7 +326,13 @@ def test_worker_killed_with_sigkill_is_replaced() -> None:
                 timeout=5,
                 what="the new worker to serve",
             )
-            time.sleep(0.3)
+            # Enough requests after the death to tell: on a loaded machine a request on a new
+            # connection can take a tenth of a second, and 0.3 s once gave only four.
+            poll(
+                lambda: len([1 for t, _, _ in log if t > gone]) >= 5,
+                timeout=10,
+                what="five requests after the death",
+            )
         finally:
             stop.set()
             loader.join(5)
