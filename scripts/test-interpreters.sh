@@ -44,6 +44,7 @@ Options:
   --wheels DIR     install the wheel for each interpreter from DIR (ferrule-*-cpXY-cpXY-manylinux*.whl, as
                    scripts/build-wheels.sh leaves them) instead of building one in the chroot
   --no-tests       stop after checking each interpreter's wheel (scripts/check_wheel.py)
+  --ignore PATH    leave this test directory or file out (repeatable; pytest's --ignore)
   --verbose        also stream setup/build output (always in the logs)
   --shell          set up the chroot, copy the source, then open a shell in it (no tests)
   -h, --help       show this help
@@ -76,6 +77,7 @@ SHELL_ONLY=0
 COMMITTED=0
 WHEEL_DIR=""
 NO_TESTS=0
+IGNORE=()
 
 while (($#)); do
     case "$1" in
@@ -87,6 +89,7 @@ while (($#)); do
         --committed) COMMITTED=1; shift ;;
         --wheels) (($# >= 2)) || die "--wheels needs a directory"; WHEEL_DIR="$2"; shift 2 ;;
         --no-tests) NO_TESTS=1; shift ;;
+        --ignore) (($# >= 2)) || die "--ignore needs a path"; IGNORE+=("--ignore=$2"); shift 2 ;;
         --verbose) VERBOSE=1; shift ;;
         --shell) SHELL_ONLY=1; shift ;;
         -h | --help) usage; exit 0 ;;
@@ -362,7 +365,7 @@ for v in "${PYTHONS[@]}"; do
     start=$SECONDS
     status=0
     timeout --kill-after=30 "$TEST_TIMEOUT" chroot "$CHROOT" /usr/bin/env -i "${CHROOT_ENV[@]}" \
-        /bin/bash -c "cd $C_SRC && exec $venv/bin/python -m pytest tests -q -p no:cacheprovider \
+        /bin/bash -c "cd $C_SRC && exec $venv/bin/python -m pytest tests -q -p no:cacheprovider ${IGNORE[*]} \
             --junitxml=/build/junit-py$v.xml" 2>&1 | tee "$test_log" || status=$?
     elapsed=$((SECONDS - start))
     cp "$CHROOT/build/junit-py$v.xml" "$LOG_DIR/junit-py$v.xml" 2>/dev/null || true
