@@ -14,6 +14,11 @@ PYTHON="$PREFIX/bin/python3.11"
 die() { echo "musl-python: $*" >&2; exit 2; }
 note() { printf '[%s] musl-python: %s\n' "$(date +%T)" "$*" >&2; }
 
+# One build at a time (CI starts one early, in the background): a second waits for the first.
+mkdir -p "$(dirname "$PREFIX")"
+exec 9>"$PREFIX.lock"
+flock -n 9 || { note "another build of $PREFIX is under way; waiting for it"; flock 9; }
+
 # Built already, and it runs on musl: nothing to do.
 if [[ -x $PYTHON ]] && "$PYTHON" -c 'import platform, ssl, sys; sys.exit(platform.libc_ver()[0] == "glibc")' 2>/dev/null; then
     echo "$PYTHON"

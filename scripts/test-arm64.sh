@@ -26,6 +26,7 @@ Options:
   --chroot DIR   the chroot (default /var/cache/ferrule-arm64-SUITE)
   --no-tests     stop after check_wheel.py
   --no-check     skip check_wheel.py (scripts/build-wheels.sh has run it on these wheels)
+  --prepare      only build the chroot (if need be) and exit: no wheels needed
   -h, --help     show this help
 
 Environment:
@@ -43,6 +44,7 @@ SUITE=bookworm
 CHROOT=""
 NO_TESTS=0
 NO_CHECK=0
+PREPARE=0
 TEST_TIMEOUT="${FERRULE_ARM64_TEST_TIMEOUT:-1800}"
 while (($#)); do
     case "$1" in
@@ -51,6 +53,7 @@ while (($#)); do
         --chroot) (($# >= 2)) || die "--chroot needs a directory"; CHROOT="$2"; shift 2 ;;
         --no-tests) NO_TESTS=1; shift ;;
         --no-check) NO_CHECK=1; shift ;;
+        --prepare) PREPARE=1; shift ;;
         -h | --help) usage; exit 0 ;;
         *) usage >&2; die "unknown argument: $1" ;;
     esac
@@ -63,8 +66,10 @@ esac
 CHROOT="${CHROOT:-/var/cache/ferrule-arm64-$SUITE}"
 [[ $EUID -eq 0 ]] || die "must run as root (debootstrap, chroot, mount and binfmt_misc need it)"
 [[ $CHROOT == /* && $CHROOT != / ]] || die "the chroot path must be absolute: $CHROOT"
-[[ -d $WHEEL_DIR ]] || die "no wheel directory $WHEEL_DIR"
-WHEEL_DIR="$(cd "$WHEEL_DIR" && pwd)"
+if ((!PREPARE)); then
+    [[ -d $WHEEL_DIR ]] || die "no wheel directory $WHEEL_DIR"
+    WHEEL_DIR="$(cd "$WHEEL_DIR" && pwd)"
+fi
 
 # What the smoke tests import, beside ferrule (the rest of the test extras stays out: under
 # emulation every install is slow, and no compiler is there to build one from source).
@@ -114,6 +119,7 @@ note "chroot ready in $((SECONDS - start)) s: $(chroot "$CHROOT" uname -m), $(ch
 if chroot "$CHROOT" /bin/sh -c 'command -v cc gcc clang rustc' >/dev/null 2>&1; then
     die "the chroot has a compiler: a wheel's install would not prove it needs none"
 fi
+((PREPARE)) && exit 0
 
 # What the tests need of the checkout: the tests, the example app, check_wheel.py, the pytest
 # settings. Fresh every run.

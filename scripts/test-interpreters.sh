@@ -45,6 +45,7 @@ Options:
                    scripts/build-wheels.sh leaves them) instead of building one in the chroot
   --no-tests       stop after checking each interpreter's wheel (scripts/check_wheel.py)
   --ignore PATH    leave this test directory or file out (repeatable; pytest's --ignore)
+  --prepare        only set up the chroot (if need be) and exit
   --verbose        also stream setup/build output (always in the logs)
   --shell          set up the chroot, copy the source, then open a shell in it (no tests)
   -h, --help       show this help
@@ -78,6 +79,7 @@ COMMITTED=0
 WHEEL_DIR=""
 NO_TESTS=0
 IGNORE=()
+PREPARE=0
 
 while (($#)); do
     case "$1" in
@@ -90,6 +92,7 @@ while (($#)); do
         --wheels) (($# >= 2)) || die "--wheels needs a directory"; WHEEL_DIR="$2"; shift 2 ;;
         --no-tests) NO_TESTS=1; shift ;;
         --ignore) (($# >= 2)) || die "--ignore needs a path"; IGNORE+=("--ignore=$2"); shift 2 ;;
+        --prepare) PREPARE=1; shift ;;
         --verbose) VERBOSE=1; shift ;;
         --shell) SHELL_ONLY=1; shift ;;
         -h | --help) usage; exit 0 ;;
@@ -272,6 +275,7 @@ copy_source() {
     fi
     [[ -f $CHROOT$C_SRC/pyproject.toml && -d $CHROOT$C_SRC/tests ]]
 }
+((PREPARE)) && exit 0
 run_phase "copy source into the chroot" "$SETUP_LOG" copy_source || exit 1
 if ((COMMITTED)); then
     source_desc="committed tree of $(git -c safe.directory='*' -C "$REPO" rev-parse --short HEAD)"
