@@ -168,8 +168,11 @@ def test_garbage_accept_encoding_over_http2(server: ServerProcess) -> None:
     each stream ends normally with a 200 and the app's body, as it is or in an offered coding.
     Broken: a stream reset, a GOAWAY for the whole connection (every stream after it fails),
     a 400/500, or a hang (the stream never ends)."""
+    # A value that starts or ends with whitespace makes an HTTP/2 request malformed (RFC 9113
+    # 8.2.1: reset, tested with the protocol errors); its inside whitespace is still here.
+    values = [value.strip(" \t") for value in HOSTILE_VALUES]
     failures = []
-    for value, entry in h2_get(server, HOSTILE_VALUES):
+    for value, entry in h2_get(server, values):
         what = repr(value[:40])
         try:
             assert entry["end"] == "ended", f"{what}: stream {entry['end'] or 'never ended'}"
