@@ -78,6 +78,7 @@ class ServerProcess:
         *,
         cwd: Path | str = APPS_DIR,
         env: dict[str, str] | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> None:
         self.argv = list(argv)
         self.port: int | None = None
@@ -95,6 +96,7 @@ class ServerProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
         for name in ("stdout", "stderr"):
             reader = threading.Thread(

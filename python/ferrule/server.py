@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-from ferrule import tls
+from ferrule import systemd, tls
 from ferrule._bridge import close_event_loop, new_event_loop
 from ferrule._ferrule import BATCH_POLICY, Bridge, H3Server, HttpServer
 from ferrule._logging import TRACE, configure_logging, flush_access_lines
@@ -209,6 +209,8 @@ class Server:
         self._heartbeat: Heartbeat | None = None
         self._socket_file: tuple[int, int] | None = None
         self._shutdown_done: asyncio.Future[None] | None = None
+        # What this server tells systemd, when it is the process systemd started.
+        self._systemd = systemd.Notifier() if not config.worker else None
 
     @functools.cached_property
     def limit_max_requests(self) -> int | None:
@@ -284,6 +286,8 @@ class Server:
                 loop, config.heartbeat_fd, config.timeout_worker_healthcheck
             )
         self.started = True
+        if self._systemd is not None:
+            self._systemd.send("READY=1", f"STATUS=Serving on {describe(sock, config)}")
 
     def _start_bridge(
         self, loop: asyncio.AbstractEventLoop, sock: socket.socket
@@ -381,6 +385,8 @@ class Server:
             if self._access is not None:
                 self._access.update()
             await self.on_tick()
+            if self._systemd is not None:
+                self._systemd.tick()  # the loop answers: the watchdog's ping
             if self._heartbeat is not None and not self._heartbeat.asked_replacement:
                 if self._http.max_requests_reached:
                     logger.warning(
@@ -413,6 +419,8 @@ class Server:
             return
         if self._stopped is None or self._bridge is None:
             return  # not serving
+        if self._systemd is not None:
+            self._systemd.send("STOPPING=1", "STATUS=Stopping")
         self._shutdown_done = asyncio.get_running_loop().create_future()
         try:
             await self._shut_down(sockets)

@@ -134,8 +134,9 @@ SETTINGS: tuple[Setting, ...] = (
         "fd",
         "binding",
         None,
-        "Serve the listening socket inherited as this file descriptor (systemd socket "
-        "activation, a process manager).",
+        "Serve the listening socket inherited as this file descriptor (from a process "
+        "manager). Under systemd's socket activation none is needed: the socket systemd "
+        "passes is found and served by itself.",
         type=int,
     ),
     Setting(

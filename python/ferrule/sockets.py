@@ -8,6 +8,8 @@ import socket
 import stat
 from typing import Protocol
 
+from ferrule import systemd
+
 
 class Address(Protocol):
     """What of a ``Config`` says where to listen: its address settings, by name."""
@@ -22,7 +24,7 @@ class Address(Protocol):
 
 def describe(sock: socket.socket, config: Address) -> str:
     if sock.family == socket.AF_UNIX:
-        return f"unix socket {config.uds}"
+        return f"unix socket {config.uds or sock.getsockname()}"
     host, port = sock.getsockname()[:2]
     if sock.family == socket.AF_INET6:
         host = f"[{host}]"
@@ -77,8 +79,20 @@ def quic_socket(tcp: socket.socket) -> socket.socket:
 
 
 def listening_socket(config: Address) -> socket.socket:
-    """The socket to serve: inherited (``fd``), a Unix socket, or TCP; bound and listening."""
-    if config.fd is not None:
+    """The socket to serve: inherited (``fd``), passed by systemd (socket activation, unless
+    ``fd`` or ``uds`` says otherwise), a Unix socket, or TCP; bound and listening."""
+    activated = systemd.listen_fds() if config.fd is None and not config.uds else []
+    if len(activated) > 1:
+        names = ", ".join(f"{fd} ({name})" for fd, name in activated)
+        raise OSError(
+            f"systemd passed {len(activated)} sockets, {names}: ferrule serves one; "
+            "name it with --fd"
+        )
+    if activated:
+        # As systemd's own servers do: the unit's socket, whatever --host and --port say. A
+        # duplicate, so that the descriptor systemd passed stays as it was.
+        sock = socket.socket(fileno=os.dup(activated[0][0]))
+    elif config.fd is not None:
         # A duplicate: the descriptor stays the caller's, open after the server is done with
         # it, as uvicorn leaves it. listen() again, as asyncio's servers do: it may not be yet.
         sock = socket.socket(fileno=os.dup(config.fd))

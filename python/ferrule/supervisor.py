@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from ferrule import systemd
 from ferrule.config import STARTUP_FAILURE, Config
 from ferrule.handshake import REPLACE_ME, WORKER_ENV, worker_data
 from ferrule.metrics import SUPERVISOR_SLOTS, Metrics, MetricsListenError
@@ -135,6 +136,10 @@ class Supervisor:
         # doubled at each such failure (the app may have been broken on disk meanwhile).
         self.recycle_delay = FIRST_CRASH_DELAY
         self.restarts: dict[str, int] = dict.fromkeys(REASONS, 0)
+        # Made before any worker starts: it takes systemd's variables from the environment,
+        # so that only this process, the one systemd watches, speaks to it.
+        self.systemd = systemd.Notifier()
+        self.serving_told = -1  # the workers serving when systemd was last told
 
     def run(self) -> int:
         bound = parent_socket(self.config)
@@ -156,10 +161,21 @@ class Supervisor:
         while not self.stopping:
             self._handle_signals(sock)
             status = self._tend_workers(sock, time.monotonic())
+            self._tell_systemd()
             time.sleep(0.1)
+        self.systemd.send("STOPPING=1", "STATUS=Stopping")
         self._stop_everyone(sock, socket_file)
         logger.info("Stopping parent process [%d]", os.getpid())
         return status
+
+    def _tell_systemd(self) -> None:
+        """READY=1 once every worker serves (and again after a SIGHUP's RELOADING=1), STATUS=
+        when the count of serving workers changes, and the watchdog's ping: this loop runs."""
+        self.systemd.tick()
+        serving = sum(worker.serving for worker in self.workers)
+        if serving != self.serving_told and serving == len(self.workers):
+            self.systemd.send("READY=1", f"STATUS={serving} workers serving")
+            self.serving_told = serving
 
     def _start_metrics(self) -> bool:
         """With ``--metrics``, the region the workers count into and its listener; False if
@@ -276,6 +292,8 @@ class Supervisor:
         recycling in progress is dropped: its successor may run the old code."""
         for worker in self.workers:
             self._drop_successor(worker)
+        self.systemd.reloading()
+        self.serving_told = -1  # READY=1 again once all serve
         for i, old in enumerate(list(self.workers)):
             new = self._new_worker(sock)
             grace = self._startup_grace
@@ -284,6 +302,7 @@ class Supervisor:
                 if now - new.started > grace:
                     break
                 time.sleep(0.05)
+                self.systemd.tick()
                 new.read_beats(now)
                 self._reap_retiring(now)
             if not new.serving or self.stopping:
