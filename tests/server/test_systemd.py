@@ -139,7 +139,8 @@ def activated(
     as descriptor 3, ``LISTEN_FDS=1``, ``LISTEN_PID`` its own pid (set by the bash that then
     execs it), ``LISTEN_FDNAMES``."""
     fd = sock.fileno()
-    script = f'exec 3<&{fd} {fd}<&-; LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=web exec "$@"'
+    move = "" if fd == 3 else f"exec 3<&{fd} {fd}<&-; "  # systemd's sockets start at 3
+    script = f'{move}LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=web exec "$@"'
     argv = [
         "bash",
         "-c",
