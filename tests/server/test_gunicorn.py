@@ -1,0 +1,196 @@
+"""ferrule under gunicorn (``gunicorn -k ferrule.workers.FerruleWorker``), real gunicorn: its
+sockets, its signals, ``--max-requests``, the ``--timeout`` heartbeat, ``--graceful-timeout``
+and its log files, as uvicorn's worker honours them."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from serverutil import STARTUP_TIMEOUT, ServerProcess, free_port, poll
+
+pytest.importorskip("gunicorn", reason="gunicorn is an optional test dependency")
+
+WORKER = "ferrule.workers.FerruleWorker"
+
+
+def gunicorn(app: str, *args: str) -> tuple[ServerProcess, int]:
+    """gunicorn's master on a free port with ferrule's worker, once a worker serves."""
+    port = free_port()
+    argv = [sys.executable, "-m", "gunicorn", "-k", WORKER, "-b", f"127.0.0.1:{port}", *args, app]
+    server = ServerProcess(argv)
+    try:
+        server.wait_for_output(r"ferrule running on http://127\.0\.0\.1", STARTUP_TIMEOUT)
+    except BaseException:
+        server.close()
+        raise
+    return server, port
+
+
+def pid_of(port: int, path: str = "/", timeout: float = 10.0) -> int:
+    """The pid of the worker that answers ``path`` on a new connection."""
+    with httpx.Client(timeout=timeout, trust_env=False) as client:
+        response = client.get(f"http://127.0.0.1:{port}{path}")
+    assert response.status_code == 200, response.text
+    return int(response.json()["pid"])
+
+
+def test_workers_serve_the_masters_socket() -> None:
+    """Rule: ``gunicorn -k ferrule.workers.FerruleWorker -w 2 app`` serves the app from both
+    workers on the socket gunicorn's master bound, each worker a ferrule server (its own
+    "running on" line, through gunicorn's error log). Broken: no such worker class, or a
+    worker that binds a socket of its own."""
+    server, port = gunicorn("hello_app:app", "-w", "2")
+    try:
+        pids: set[int] = set()
+        poll(
+            lambda: pids.add(pid_of(port)) or len(pids) == 2,
+            timeout=10,
+            interval=0.01,
+            what="both workers answering",
+        )
+        assert server.stderr.count("ferrule running on") == 2, server.describe()
+        assert server.stop(signal.SIGTERM) == 0, server.describe()
+    finally:
+        server.close()
+
+
+def clients(
+    port: int, stop: threading.Event, results: list[str], count: int = 8
+) -> list[threading.Thread]:
+    """``count`` clients sending requests, each on a new connection, until ``stop``."""
+
+    def client() -> None:
+        with httpx.Client(timeout=20, trust_env=False) as http:
+            while not stop.is_set():
+                try:
+                    response = http.get(
+                        f"http://127.0.0.1:{port}/", headers={"connection": "close"}
+                    )
+                    results.append(
+                        "ok" if response.status_code == 200 else str(response.status_code)
+                    )
+                except httpx.HTTPError as exc:
+                    results.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def test_hup_replaces_the_workers_without_a_failed_request() -> None:
+    """Rule: SIGHUP to gunicorn's master starts new workers and stops the old ones gracefully;
+    clients sending requests throughout (each on a new connection) see no failure, and new
+    worker pids answer. Broken: a worker that stops at once on SIGTERM (requests cut), or one
+    that never stops (the old pids answer for ever)."""
+    server, port = gunicorn("hello_app:app", "-w", "2")
+    stop, results = threading.Event(), []
+    try:
+        old = {pid_of(port) for _ in range(20)}
+        threads = clients(port, stop, results)
+        poll(lambda: len(results) >= 50, timeout=20, what="requests before the HUP")
+        server.send_signal(signal.SIGHUP)
+        poll(lambda: pid_of(port) not in old, timeout=20, what="a new worker answering")
+        count = len(results)
+        poll(lambda: len(results) >= count + 100, timeout=20, what="requests after the HUP")
+    finally:
+        stop.set()
+        server.close()
+    for thread in threads:
+        thread.join(25)
+    failed = [r for r in results if r != "ok"]
+    assert not failed, f"{len(failed)} of {len(results)} failed: {failed[:10]}"
+
+
+def test_max_requests_replaces_the_worker() -> None:
+    """Rule: ``--max-requests 20`` replaces a worker after its 20th request: 60 requests on
+    new connections are all answered, by at least two worker pids. Broken: the limit not
+    passed on (one pid throughout), or requests failing at the change."""
+    server, port = gunicorn("hello_app:app", "-w", "1", "--max-requests", "20")
+    try:
+        pids = [pid_of(port) for _ in range(60)]
+    finally:
+        server.close()
+    assert len(set(pids)) >= 2, pids
+
+
+def test_the_heartbeat_keeps_an_idle_worker_and_timeout_replaces_a_stuck_one() -> None:
+    """Rule (``--timeout 2``): a worker's event loop beats gunicorn's heartbeat, so an idle
+    worker lives past the timeout; one whose loop is blocked (an app calling ``time.sleep``
+    for 30 s) is killed by the master ("WORKER TIMEOUT") and a new one serves. Broken:
+    without the heartbeat the master kills every worker after 2 s, busy or not (seen failing
+    with the heartbeat's callback removed)."""
+    server, port = gunicorn("workers_app:app", "-w", "1", "--timeout", "2")
+    try:
+        first = pid_of(port)
+        time.sleep(5)
+        assert pid_of(port) == first, server.describe()
+        blocker = threading.Thread(target=lambda: pid_of(port, "/block?secs=30", 40), daemon=True)
+        blocker.start()
+        server.wait_for_output("WORKER TIMEOUT", timeout=15)
+        poll(lambda: pid_of(port) != first, timeout=20, what="a new worker answering")
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(
+    ("sig", "secs"), [(signal.SIGTERM, 1.5), (signal.SIGQUIT, 30.0)], ids=["TERM", "QUIT"]
+)
+def test_term_lets_requests_in_progress_finish_and_quit_does_not(sig: int, secs: float) -> None:
+    """Rule: SIGTERM to the master stops the workers gracefully (within
+    ``--graceful-timeout``): a request in progress (1.5 s) is answered. SIGQUIT is gunicorn's
+    quick shutdown: one in progress for 30 s is cut, and the master exits within seconds.
+    Broken: TERM cuts the request, or QUIT waits for it."""
+    server, port = gunicorn("hello_app:app", "-w", "1")
+    outcome: list[str] = []
+
+    def slow() -> None:
+        try:
+            outcome.append(str(pid_of(port, f"/sleep?secs={secs}", timeout=40)))
+        except (httpx.HTTPError, AssertionError) as exc:
+            outcome.append(type(exc).__name__)
+
+    try:
+        request = threading.Thread(target=slow, daemon=True)
+        request.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        server.send_signal(sig)
+        server.wait_exit(timeout=20)
+        took = time.monotonic() - started
+        request.join(10)
+    finally:
+        server.close()
+    if sig == signal.SIGTERM:
+        assert outcome and outcome[0].isdigit(), (outcome, server.describe())
+    else:
+        assert outcome and not outcome[0].isdigit(), (outcome, server.describe())
+        assert took < 10, f"QUIT took {took:.1f}s"
+
+
+def test_access_lines_go_to_gunicorns_access_log_which_usr1_reopens(tmp_path: Path) -> None:
+    """Rule: with ``--access-logfile FILE`` the access lines go to gunicorn's file; SIGUSR1 (as
+    logrotate sends it after moving the file) makes the master and the workers reopen it, so
+    later lines land in the new file. Without ``--access-logfile`` no access line is written.
+    Broken: lines on stdout instead, or on in the moved file after USR1."""
+    log = tmp_path / "access.log"
+    server, port = gunicorn("hello_app:app", "-w", "1", "--access-logfile", str(log))
+    try:
+        pid_of(port, "/before-rotation")
+        poll(lambda: "/before-rotation" in log.read_text(), timeout=5, what="the first line")
+        log.rename(tmp_path / "access.log.1")
+        server.send_signal(signal.SIGUSR1)
+        poll(lambda: log.exists(), timeout=5, what="gunicorn reopening the file")
+        time.sleep(0.5)  # the master passes USR1 on to the workers
+        pid_of(port, "/after-rotation")
+        poll(lambda: "/after-rotation" in log.read_text(), timeout=5, what="a line in the new file")
+    finally:
+        server.close()
+    assert "/after-rotation" not in (tmp_path / "access.log.1").read_text()
+    assert "/before-rotation" not in server.stdout, server.describe()
