@@ -224,6 +224,36 @@ def test_http2_concurrent_streams_of_a_big_file(server: ServerProcess, site: Sit
     assert digests[4] == hashlib.sha256(site.content("text.txt")).hexdigest()
 
 
+def test_a_slow_http2_download_keeps_its_connection(site: Site) -> None:
+    """Rule: an HTTP/2 connection whose only stream is a file download in progress is not idle:
+    a client that reads the 10 MiB file with a 3 s pause (``--timeout-keep-alive 2``) gets it
+    whole, and its next request goes on the same connection. Broken: the file's stream stopped
+    counting as in progress once its response began, so the connection was told GOAWAY after
+    2 s mid-download and the next request needed a new connection (seen failing; a client
+    library that takes a GOAWAY for the end, Python's h2, then failed on the PING after it)."""
+    args = ["--timeout-keep-alive", "2", *site_args(site)]
+
+    async def main(port: int) -> tuple[str, object, object]:
+        async with httpx.AsyncClient(http1=False, http2=True, timeout=BIG_TIMEOUT) as client:
+            url = f"http://127.0.0.1:{port}"
+            digest = hashlib.sha256()
+            async with client.stream("GET", url + "/static/big.bin") as response:
+                first = response.extensions["network_stream"].get_extra_info("client_addr")
+                chunks = response.aiter_bytes()
+                digest.update(await chunks.__anext__())
+                await asyncio.sleep(3)
+                async for chunk in chunks:
+                    digest.update(chunk)
+            again = await client.get(url + "/static/text.txt")
+            second = again.extensions["network_stream"].get_extra_info("client_addr")
+            return digest.hexdigest(), first, second
+
+    with running_server(APP, *args) as srv:
+        digest, first, second = asyncio.run(main(srv.port or 0))
+    assert digest == site.big_digest()
+    assert first == second, f"the next request needed a new connection: {first} then {second}"
+
+
 def tls_args(certs: Certs) -> list[str]:
     return ["--ssl-certfile", str(certs.server_cert), "--ssl-keyfile", str(certs.server_key)]
 

@@ -100,12 +100,13 @@ impl ResponseBody {
         matches!(self, ResponseBody::Stream(_) | ResponseBody::Encoded(_))
     }
 
-    /// Keeps `open_stream` until a streamed body ends (a whole one is out at once).
+    /// Keeps `open_stream` until a streamed or file body ends (a whole one is out at once).
     pub fn hold(&mut self, open_stream: OpenStream) {
         match self {
             ResponseBody::Stream(stream) => stream.open_stream = Some(open_stream),
+            ResponseBody::File(file) => file.hold(open_stream),
             ResponseBody::Encoded(encoded) => encoded.inner_mut().hold(open_stream),
-            ResponseBody::Full(_) | ResponseBody::File(_) => {}
+            ResponseBody::Full(_) => {}
         }
     }
 

@@ -8,6 +8,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
+use super::streams::OpenStream;
+
 /// One read's size: large enough that a big file costs few reads (and hyper few writes), small
 /// enough that a slow client's transfer holds little (hyper keeps one chunk until it is out).
 const CHUNK: u64 = 256 * 1024;
@@ -20,6 +22,9 @@ pub struct FileBody {
     file: File,
     /// Bytes not yet handed to hyper.
     remaining: u64,
+    /// The request counts as in progress until the last byte is handed over: an HTTP/2
+    /// connection downloading a large file is not idle.
+    open_stream: Option<OpenStream>,
 }
 
 impl FileBody {
@@ -31,7 +36,15 @@ impl FileBody {
         Ok(FileBody {
             file,
             remaining: length,
+            open_stream: None,
         })
+    }
+
+    /// Keeps `open_stream` until the last chunk is read.
+    pub(super) fn hold(&mut self, open_stream: OpenStream) {
+        if self.remaining > 0 {
+            self.open_stream = Some(open_stream);
+        }
     }
 
     /// The next chunk, or `None` at the end.
@@ -39,7 +52,11 @@ impl FileBody {
         if self.remaining == 0 {
             return None;
         }
-        Some(self.read(self.remaining.min(CHUNK)).map(Frame::data))
+        let chunk = self.read(self.remaining.min(CHUNK));
+        if self.remaining == 0 || chunk.is_err() {
+            self.open_stream = None;
+        }
+        Some(chunk.map(Frame::data))
     }
 
     /// All that is left, in one piece (a small file, read before the response goes out).

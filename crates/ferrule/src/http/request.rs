@@ -206,7 +206,8 @@ fn begin(
         return answer(response);
     }
     if let Some(files) = &server.settings.static_files {
-        if let Some(response) = serve_static(&request, files, &server.settings) {
+        if let Some(mut response) = serve_static(&request, files, &server.settings) {
+            response.body_mut().hold(open_stream);
             server.state.request_finished();
             let (parts, _) = request.into_parts();
             log_answered(server, &conn.info, &parts, &response);
