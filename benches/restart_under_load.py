@@ -1,11 +1,15 @@
-"""A restart under socket activation, under load: this script holds the listening socket as
-systemd holds a .socket unit's, starts ferrule on it (descriptor 3, ``LISTEN_FDS=1``), keeps
-``--connections`` clients busy for ``--seconds`` (each request on a new connection, so a
-request is either taken by a running ferrule or waits in the socket's backlog), stops ferrule
-with SIGTERM halfway through and starts it again on the same socket. It prints every request
-sent and how each ended: the claim is that none fails and every response is whole.
+"""A restart under load, two ways, with ``--connections`` clients busy for ``--seconds`` (each
+request on a new connection) and the restart halfway through. It prints every request sent and
+how each ended: the claim is that none fails and every response is whole.
 
-    python3 benches/restart_under_load.py --seconds 20 --connections 50 [--workers 2]
+- ``--how socket-activation``: this script holds the listening socket as systemd holds a
+  .socket unit's and starts ferrule on it (descriptor 3, ``LISTEN_FDS=1``); the restart stops
+  ferrule with SIGTERM and starts it again on the same socket (a request meanwhile waits in the
+  socket's backlog).
+- ``--how sigusr2``: ferrule binds its port with ``--workers``; the restart is SIGUSR2 to its
+  parent, which hands the socket to a new parent and exits once that one's workers serve.
+
+    python3 benches/restart_under_load.py --seconds 20 --connections 50 [--workers 2] [--how H]
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from typing import Any
 
 import httpx
 
@@ -35,17 +41,32 @@ def start(held: socket.socket, workers: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, cwd=HERE, pass_fds=(fd,), start_new_session=True)
 
 
+def start_bound(port: int, workers: int, log: Any) -> subprocess.Popen[bytes]:
+    # The log is a file: the new parent an upgrade starts writes to it too, and outlives this
+    # process (a pipe would stay open until it exits).
+    argv = [sys.executable, "-m", "ferrule", "apps:app", "--port", str(port)]
+    argv += ["--workers", str(workers), "--no-access-log"]
+    return subprocess.Popen(argv, cwd=HERE, stderr=log, start_new_session=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--how", choices=["socket-activation", "sigusr2"], default="socket-activation"
+    )
     args = parser.parse_args()
+    if args.how == "sigusr2" and args.workers < 2:
+        parser.error("--how sigusr2 needs --workers 2 or more (a parent process)")
 
     held = socket.socket()
     held.bind(("127.0.0.1", 0))
     held.listen(4096)
     port = held.getsockname()[1]
+    if args.how == "sigusr2":
+        held.close()  # the port is ferrule's to bind
     outcomes: collections.Counter[str] = collections.Counter()
     lock = threading.Lock()
     stop = threading.Event()
@@ -68,27 +89,43 @@ def main() -> int:
                 with lock:
                     outcomes[outcome] += 1
 
-    server = start(held, args.workers)
-    time.sleep(2.0)  # the app imported and serving before the clients start
+    log = tempfile.TemporaryFile()
+    if args.how == "sigusr2":
+        server = start_bound(port, args.workers, log)
+    else:
+        server = start(held, args.workers)
+    time.sleep(3.0)  # the app imported and serving before the clients start
     threads = [threading.Thread(target=client, daemon=True) for _ in range(args.connections)]
     for thread in threads:
         thread.start()
     time.sleep(args.seconds / 2)
     stopped_at = time.monotonic()
-    server.send_signal(signal.SIGTERM)
-    status = server.wait(60)
+    if args.how == "sigusr2":
+        server.send_signal(signal.SIGUSR2)
+        status = server.wait(120)
+        log.seek(0)
+        said = log.read().decode()
+        new_pid = int(said.split("new parent process [")[1].split("]")[0])
+    else:
+        server.send_signal(signal.SIGTERM)
+        status = server.wait(60)
+        server = start(held, args.workers)
     down = time.monotonic() - stopped_at
-    server = start(held, args.workers)
     time.sleep(args.seconds / 2)
     stop.set()
     for thread in threads:
         thread.join(60)
-    server.send_signal(signal.SIGTERM)
-    server.wait(60)
-    held.close()
+    if args.how == "sigusr2":
+        os.kill(new_pid, signal.SIGTERM)
+        while os.path.exists(f"/proc/{new_pid}"):
+            time.sleep(0.1)
+    else:
+        server.send_signal(signal.SIGTERM)
+        server.wait(60)
+        held.close()
     total = sum(outcomes.values())
     print(
-        f"restart under socket activation: {args.connections} clients, {args.seconds:g} s, "
+        f"restart ({args.how}) under load: {args.connections} clients, {args.seconds:g} s, "
         f"--workers {args.workers}; the first ferrule exited {status} after {down:.2f} s"
     )
     for outcome, count in outcomes.most_common():

@@ -8,7 +8,7 @@ import socket
 import stat
 from typing import Protocol
 
-from ferrule import systemd
+from ferrule import systemd, upgrade
 
 
 class Address(Protocol):
@@ -81,6 +81,13 @@ def quic_socket(tcp: socket.socket) -> socket.socket:
 def listening_socket(config: Address) -> socket.socket:
     """The socket to serve: inherited (``fd``), passed by systemd (socket activation, unless
     ``fd`` or ``uds`` says otherwise), a Unix socket, or TCP; bound and listening."""
+    handed = upgrade.inherited_fd()
+    if handed is not None:
+        # From the supervisor this one replaces (SIGUSR2): its socket, whatever the settings.
+        sock = socket.socket(fileno=handed)
+        sock.listen(config.backlog)
+        sock.setblocking(False)
+        return sock
     activated = systemd.listen_fds() if config.fd is None and not config.uds else []
     if len(activated) > 1:
         names = ", ".join(f"{fd} ({name})" for fd, name in activated)

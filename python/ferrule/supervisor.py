@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ferrule import systemd
+from ferrule import systemd, upgrade
 from ferrule.config import STARTUP_FAILURE, Config
 from ferrule.handshake import REPLACE_ME, WORKER_ENV, worker_data
 from ferrule.metrics import SUPERVISOR_SLOTS, Metrics, MetricsListenError
@@ -37,7 +37,7 @@ FIRST_CRASH_DELAY = 0.5
 MAX_CRASH_DELAY = 30.0
 
 #: Signals the supervisor acts on as uvicorn's does: restart the workers, one more, one fewer.
-MANAGEMENT_SIGNALS = (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU)
+MANAGEMENT_SIGNALS = (signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR2)
 
 
 class Worker:
@@ -140,6 +140,8 @@ class Supervisor:
         # so that only this process, the one systemd watches, speaks to it.
         self.systemd = systemd.Notifier()
         self.serving_told = -1  # the workers serving when systemd was last told
+        self.upgrade: upgrade.Upgrade | None = None  # a new supervisor started on SIGUSR2
+        self.upgraded = False  # that supervisor serves: this one stops
 
     def run(self) -> int:
         bound = parent_socket(self.config)
@@ -150,18 +152,20 @@ class Supervisor:
             sock.close()
             remove_socket_file(self.config, socket_file)
             return STARTUP_FAILURE
-        logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
-        logger.info("Started parent process [%d]", os.getpid())
+        # The handlers first: a signal sent on seeing the lines below finds them in place.
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_stop_signal)
         for signum in MANAGEMENT_SIGNALS:
             signal.signal(signum, self._on_management_signal)
+        logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
+        logger.info("Started parent process [%d]", os.getpid())
         self.workers = [self._new_worker(sock) for _ in range(self.config.workers)]
         status = 0
         while not self.stopping:
             self._handle_signals(sock)
             status = self._tend_workers(sock, time.monotonic())
             self._tell_systemd()
+            self._follow_upgrade()
             time.sleep(0.1)
         self.systemd.send("STOPPING=1", "STATUS=Stopping")
         self._stop_everyone(sock, socket_file)
@@ -176,6 +180,25 @@ class Supervisor:
         if serving != self.serving_told and serving == len(self.workers):
             self.systemd.send("READY=1", f"STATUS={serving} workers serving")
             self.serving_told = serving
+            upgrade.tell_ready()  # to the supervisor this one replaces, if any
+
+    def _follow_upgrade(self) -> None:
+        """Once the supervisor started on SIGUSR2 serves, this one stops (its workers finish
+        what they have); if it exits first, this one serves on."""
+        if self.upgrade is None:
+            return
+        state = self.upgrade.poll()
+        if state == "ready":
+            logger.info("New parent process [%d] serving; stopping this one.", self.upgrade.pid)
+            self.systemd.send(f"MAINPID={self.upgrade.pid}", "STATUS=Upgraded")
+            self.upgraded = self.stopping = True
+        elif state == "failed":
+            logger.error(
+                "New parent process [%d] exited before serving (%s); serving on.",
+                self.upgrade.pid,
+                f"exit status {self.upgrade.process.returncode}",
+            )
+            self.upgrade = None
 
     def _start_metrics(self) -> bool:
         """With ``--metrics``, the region the workers count into and its listener; False if
@@ -263,7 +286,8 @@ class Supervisor:
         for worker in everyone:
             worker.close()
         sock.close()
-        remove_socket_file(self.config, socket_file)
+        if not self.upgraded:  # the new supervisor serves on the socket file
+            remove_socket_file(self.config, socket_file)
         if self.config.metrics_owner is not None:
             self.config.metrics_owner.close()
             self.config.metrics_owner = None
@@ -274,6 +298,15 @@ class Supervisor:
             if signum == signal.SIGHUP:
                 logger.info("Received SIGHUP, restarting processes.")
                 self._restart_all(sock)
+            elif signum == signal.SIGUSR2:
+                if self.upgrade is not None:
+                    logger.info("Received SIGUSR2, but an upgrade is under way.")
+                    continue
+                self.upgrade = upgrade.Upgrade(sock.fileno(), self.systemd.environment)
+                logger.info(
+                    "Received SIGUSR2, upgrading: new parent process [%d] started.",
+                    self.upgrade.pid,
+                )
             elif signum == signal.SIGTTIN:
                 logger.info("Received SIGTTIN, increasing the number of processes.")
                 self.workers.append(self._new_worker(sock))

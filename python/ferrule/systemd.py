@@ -37,6 +37,8 @@ class Notifier:
         path = os.environ.pop("NOTIFY_SOCKET", "")
         usec = os.environ.pop("WATCHDOG_USEC", "")
         watchdog_pid = os.environ.pop("WATCHDOG_PID", "")
+        #: What a process that takes this one's place (an upgrade) needs to speak to systemd.
+        self.environment = {"NOTIFY_SOCKET": path, "WATCHDOG_USEC": usec} if path else {}
         self._address: str | bytes | None = None
         if path.startswith("@"):  # the abstract namespace
             self._address = b"\0" + path[1:].encode()
