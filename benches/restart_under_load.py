@@ -8,6 +8,8 @@ how each ended: the claim is that none fails and every response is whole.
   socket's backlog).
 - ``--how sigusr2``: ferrule binds its port with ``--workers``; the restart is SIGUSR2 to its
   parent, which hands the socket to a new parent and exits once that one's workers serve.
+- ``--how gunicorn-hup``: gunicorn's master with ferrule's worker class binds the port; the
+  restart is SIGHUP to the master (new workers, then the old ones stopped gracefully).
 
     python3 benches/restart_under_load.py --seconds 20 --connections 50 [--workers 2] [--how H]
 """
@@ -49,13 +51,21 @@ def start_bound(port: int, workers: int, log: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, cwd=HERE, stderr=log, start_new_session=True)
 
 
+def start_gunicorn(port: int, workers: int, log: Any) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "gunicorn", "-k", "ferrule.workers.FerruleWorker"]
+    argv += ["-b", f"127.0.0.1:{port}", "-w", str(workers), "apps:app"]
+    return subprocess.Popen(argv, cwd=HERE, stderr=log, start_new_session=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument(
-        "--how", choices=["socket-activation", "sigusr2"], default="socket-activation"
+        "--how",
+        choices=["socket-activation", "sigusr2", "gunicorn-hup"],
+        default="socket-activation",
     )
     args = parser.parse_args()
     if args.how == "sigusr2" and args.workers < 2:
@@ -65,8 +75,8 @@ def main() -> int:
     held.bind(("127.0.0.1", 0))
     held.listen(4096)
     port = held.getsockname()[1]
-    if args.how == "sigusr2":
-        held.close()  # the port is ferrule's to bind
+    if args.how != "socket-activation":
+        held.close()  # the port is the server's to bind
     outcomes: collections.Counter[str] = collections.Counter()
     lock = threading.Lock()
     stop = threading.Event()
@@ -92,6 +102,8 @@ def main() -> int:
     log = tempfile.TemporaryFile()
     if args.how == "sigusr2":
         server = start_bound(port, args.workers, log)
+    elif args.how == "gunicorn-hup":
+        server = start_gunicorn(port, args.workers, log)
     else:
         server = start(held, args.workers)
     time.sleep(3.0)  # the app imported and serving before the clients start
@@ -106,6 +118,9 @@ def main() -> int:
         log.seek(0)
         said = log.read().decode()
         new_pid = int(said.split("new parent process [")[1].split("]")[0])
+    elif args.how == "gunicorn-hup":
+        server.send_signal(signal.SIGHUP)
+        status = "on (gunicorn's master stays)"
     else:
         server.send_signal(signal.SIGTERM)
         status = server.wait(60)
@@ -115,7 +130,10 @@ def main() -> int:
     stop.set()
     for thread in threads:
         thread.join(60)
-    if args.how == "sigusr2":
+    if args.how == "gunicorn-hup":
+        server.send_signal(signal.SIGTERM)
+        server.wait(60)
+    elif args.how == "sigusr2":
         os.kill(new_pid, signal.SIGTERM)
         while os.path.exists(f"/proc/{new_pid}"):
             time.sleep(0.1)

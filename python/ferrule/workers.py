@@ -45,6 +45,8 @@ class FerruleWorker(Worker):
         cfg = self.cfg
         options: dict[str, Any] = {
             "log_config": None,
+            # gunicorn writes no access line without --access-logfile: nor does its worker.
+            "access_log": bool(self.log.access_log.handlers),
             "timeout_keep_alive": cfg.keepalive,
             "timeout_graceful_shutdown": cfg.graceful_timeout,
             # gunicorn's --timeout: the heartbeat, from the event loop, twice a timeout.

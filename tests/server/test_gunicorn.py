@@ -43,8 +43,10 @@ def pid_of(port: int, path: str = "/", timeout: float = 10.0) -> int:
 def test_workers_serve_the_masters_socket() -> None:
     """Rule: ``gunicorn -k ferrule.workers.FerruleWorker -w 2 app`` serves the app from both
     workers on the socket gunicorn's master bound, each worker a ferrule server (its own
-    "running on" line, through gunicorn's error log). Broken: no such worker class, or a
-    worker that binds a socket of its own."""
+    "running on" line, through gunicorn's error log), and, as gunicorn's own workers, no
+    access line without ``--access-logfile``. Broken: no such worker class, a worker that
+    binds a socket of its own, or access lines on stdout (seen failing: ferrule's default
+    handler took the access logger gunicorn had left without one)."""
     server, port = gunicorn("hello_app:app", "-w", "2")
     try:
         pids: set[int] = set()
@@ -56,6 +58,8 @@ def test_workers_serve_the_masters_socket() -> None:
         )
         assert server.stderr.count("ferrule running on") == 2, server.describe()
         assert server.stop(signal.SIGTERM) == 0, server.describe()
+        # gunicorn's access log is off without --access-logfile, and so are the workers'.
+        assert '"GET / HTTP/1.1"' not in server.stdout + server.stderr, server.describe()
     finally:
         server.close()
 
