@@ -60,6 +60,11 @@ def test_sigusr2_upgrades_to_the_new_code_with_no_request_lost(tmp_path: Path) -
         new_pid = None
         try:
             poll(lambda: len(seen) >= 50, timeout=20, what="requests to the old code")
+            poll(
+                lambda: server.stderr.count("Application startup complete") >= 2,
+                timeout=STARTUP_TIMEOUT,
+                what="both workers serving",
+            )
             write_app(tmp_path, "2")
             server.send_signal(signal.SIGUSR2)
             found = server.wait_for_output(r"new parent process \[(\d+)\] started", timeout=10)
@@ -88,7 +93,12 @@ def test_a_new_parent_that_cannot_start_leaves_the_old_one_serving(tmp_path: Pat
     nothing serves."""
     write_app(tmp_path, "1")
     with running_server("versioned_app:app", "--workers", "2", cwd=tmp_path) as server:
-        poll(lambda: server.get("/").text == "1", timeout=STARTUP_TIMEOUT, what="the workers")
+        # Both workers have imported the good code (one still importing would take the bad).
+        poll(
+            lambda: server.stderr.count("Application startup complete") >= 2,
+            timeout=STARTUP_TIMEOUT,
+            what="both workers serving",
+        )
         (tmp_path / "versioned_app.py").write_text("raise RuntimeError('broken deploy')\n")
         server.send_signal(signal.SIGUSR2)
         server.wait_for_output(r"exited before serving \(exit status 3\); serving on", timeout=60)
