@@ -82,8 +82,9 @@ Environment:
 
 Each server runs with a 64 MiB message limit (section 9 sends up to 16 MiB) and without
 server pings (a ping arriving mid-case counts as an unexpected frame); peers on uvloop.
-A full run (sections 1-13) takes about an hour per server that agrees to permessage-deflate:
-sections 12 and 13 (216 cases) cost the Python 2 client seconds each.
+Sections 1-10 take 1-3 minutes per server. Sections 12-13 (216 cases) take an hour or more
+for a server that agrees to permessage-deflate (the Python 2 client spends seconds on each case;
+an unoptimised build of ferrule, slower still); run several servers with --jobs on more cores.
 EOF
 }
 
@@ -329,10 +330,13 @@ server_cmd() { # server_cmd NAME PORT DIR: sets CMD, the server's command line
 
 # run_server NAME: start the server, run wstest against it, stop it; results in $OUT/NAME.
 run_server() {
-    local name="$1" dir="$OUT/$1" port pid="" tpid="" up=0 start status=0 cdir
-    local stamp
-    stamp="$(date +%Y%m%d-%H%M%S)-$name"
-    cdir="$C_RUNS/$stamp"
+    # Not local: the EXIT trap reads them (run_server has a subshell of its own).
+    name="$1" dir="$OUT/$1" pid="" tpid="" start=$SECONDS chunk="" done_chunks=0 chunks=()
+    local port up=0 status=0
+    # A directory of its own: runs of the same server may start in the same second.
+    mkdir -p "$CHROOT$C_RUNS"
+    cdir="$(mktemp -d "$CHROOT$C_RUNS/$(date +%Y%m%d-%H%M%S)-$name.XXXXXX")"
+    cdir="${cdir#"$CHROOT"}"
     rm -rf "$dir"
     mkdir -p "$dir"
     stop() {
@@ -351,9 +355,15 @@ run_server() {
         pid=""
         rm -rf "${CHROOT:?}$cdir"
     }
+    interrupted() {
+        stop
+        local elapsed=$((SECONDS - start))
+        printf '%s %s interrupted during chunk %s; %s of %s chunks reported\n' "$elapsed" \
+            "$(fmt_secs "$elapsed")" "$chunk" "$done_chunks" "${#chunks[@]}" >"$dir/status.txt"
+    }
     trap stop EXIT
-    trap 'exit 143' TERM
-    trap 'exit 130' INT
+    trap 'interrupted; exit 143' TERM
+    trap 'interrupted; exit 130' INT
 
     port="$(free_port)"
     server_cmd "$name" "$port" "$dir"
@@ -379,7 +389,7 @@ socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=0.5).close()' 
 
     # One wstest per chunk of cases, so that the log shows progress and a timeout or a crash
     # loses only the chunk it stopped (wstest writes its reports when it ends).
-    local chunks=() chunk i=0 done_chunks=0 left result="ok"
+    local i=0 left result="ok"
     if [[ $CASES == '*' ]]; then
         chunks=("${DEFAULT_CHUNKS[@]}")
     else

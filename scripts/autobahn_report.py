@@ -58,7 +58,7 @@ def case_report(out: Path, server: str, entry: dict) -> dict:
 
 def plain(html: str) -> str:
     """A case description on one line, without its HTML tags."""
-    return " ".join(re.sub(r"<[^>]+>", " ", html).split())
+    return " ".join(re.sub(r"<[^>]+>", "", re.sub(r"<br\s*/?>", " ", html)).split())
 
 
 def read(path: Path) -> str:
