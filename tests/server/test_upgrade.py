@@ -32,6 +32,11 @@ def write_app(directory: Path, version: str) -> None:
     (directory / "versioned_app.py").write_text(APP_SOURCE.format(version=version))
 
 
+#: No bytecode cache: a source rewritten within the second at the same size looks unchanged to
+#: it (seen: the new parent served the old code under 3.14).
+NO_PYC = {"PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def test_sigusr2_upgrades_to_the_new_code_with_no_request_lost(tmp_path: Path) -> None:
     """Rule: with new code on disk, SIGUSR2 to the parent of ``--workers 2`` starts a new
     parent from the same command, on the same socket; once its workers serve, the old parent
@@ -53,7 +58,7 @@ def test_sigusr2_upgrades_to_the_new_code_with_no_request_lost(tmp_path: Path) -
                 except httpx.HTTPError as exc:
                     failed.append(type(exc).__name__)
 
-    with running_server("versioned_app:app", "--workers", "2", cwd=tmp_path) as server:
+    with running_server("versioned_app:app", "--workers", "2", cwd=tmp_path, env=NO_PYC) as server:
         threads = [threading.Thread(target=client, args=(server.port,)) for _ in range(12)]
         for thread in threads:
             thread.start()
@@ -92,7 +97,7 @@ def test_a_new_parent_that_cannot_start_leaves_the_old_one_serving(tmp_path: Pat
     old one says so and serves on with its workers. Broken: the old parent stops anyway, and
     nothing serves."""
     write_app(tmp_path, "1")
-    with running_server("versioned_app:app", "--workers", "2", cwd=tmp_path) as server:
+    with running_server("versioned_app:app", "--workers", "2", cwd=tmp_path, env=NO_PYC) as server:
         # Both workers have imported the good code (one still importing would take the bad).
         poll(
             lambda: server.stderr.count("Application startup complete") >= 2,
