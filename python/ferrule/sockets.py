@@ -82,20 +82,19 @@ def listening_socket(config: Address) -> socket.socket:
     """The socket to serve: inherited (``fd``), passed by systemd (socket activation, unless
     ``fd`` or ``uds`` says otherwise), a Unix socket, or TCP; bound and listening."""
     handed = upgrade.inherited_fd()
-    if handed is not None:
-        # From the supervisor this one replaces (SIGUSR2): its socket, whatever the settings.
-        sock = socket.socket(fileno=handed)
-        sock.listen(config.backlog)
-        sock.setblocking(False)
-        return sock
-    activated = systemd.listen_fds() if config.fd is None and not config.uds else []
+    activated: list[tuple[int, str]] = []
+    if handed is None and config.fd is None and not config.uds:
+        activated = systemd.listen_fds()
     if len(activated) > 1:
         names = ", ".join(f"{fd} ({name})" for fd, name in activated)
         raise OSError(
             f"systemd passed {len(activated)} sockets, {names}: ferrule serves one; "
             "name it with --fd"
         )
-    if activated:
+    if handed is not None:
+        # From the supervisor this one replaces (SIGUSR2): its socket, whatever the settings.
+        sock = socket.socket(fileno=handed)
+    elif activated:
         # As systemd's own servers do: the unit's socket, whatever --host and --port say. A
         # duplicate, so that the descriptor systemd passed stays as it was.
         sock = socket.socket(fileno=os.dup(activated[0][0]))

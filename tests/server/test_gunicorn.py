@@ -143,6 +143,22 @@ def test_the_heartbeat_keeps_an_idle_worker_and_timeout_replaces_a_stuck_one() -
         server.close()
 
 
+def in_background(port: int, path: str) -> tuple[threading.Thread, list[str]]:
+    """``path`` requested on a thread of its own; the list gets the answering pid, or the
+    client's error's name."""
+    outcome: list[str] = []
+
+    def request() -> None:
+        try:
+            outcome.append(str(pid_of(port, path, timeout=40)))
+        except (httpx.HTTPError, AssertionError) as exc:
+            outcome.append(type(exc).__name__)
+
+    thread = threading.Thread(target=request, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
 def test_term_lets_a_request_in_progress_finish(tmp_path: Path) -> None:
     """Rule: SIGTERM to the master stops the workers gracefully (within
     ``--graceful-timeout``): a request inside the app when the signal comes (its loop busy
@@ -152,18 +168,9 @@ def test_term_lets_a_request_in_progress_finish(tmp_path: Path) -> None:
     port = free_port()
     argv = [sys.executable, "-m", "gunicorn", "-k", WORKER, "-b", f"127.0.0.1:{port}", "-w", "1"]
     server = ServerProcess([*argv, "workers_app:app"], env={"FERRULE_TEST_EVENTS": str(events)})
-    outcome: list[str] = []
-
-    def slow() -> None:
-        try:
-            outcome.append(str(pid_of(port, "/block?secs=1.5", timeout=40)))
-        except (httpx.HTTPError, AssertionError) as exc:
-            outcome.append(type(exc).__name__)
-
     try:
         server.wait_for_output(r"ferrule running on", STARTUP_TIMEOUT)
-        request = threading.Thread(target=slow, daemon=True)
-        request.start()
+        request, outcome = in_background(port, "/block?secs=1.5")
         poll(lambda: events.exists() and "blocking" in events.read_text(), timeout=20,
              what="the request inside the app")  # fmt: skip
         server.send_signal(signal.SIGTERM)
@@ -180,17 +187,8 @@ def test_quit_stops_at_once() -> None:
     the master exits within seconds. Broken: the worker waits for the request (QUIT taken for
     a graceful stop)."""
     server, port = gunicorn("hello_app:app", "-w", "1")
-    outcome: list[str] = []
-
-    def slow() -> None:
-        try:
-            outcome.append(str(pid_of(port, "/sleep?secs=30", timeout=40)))
-        except (httpx.HTTPError, AssertionError) as exc:
-            outcome.append(type(exc).__name__)
-
     try:
-        request = threading.Thread(target=slow, daemon=True)
-        request.start()
+        request, outcome = in_background(port, "/sleep?secs=30")
         time.sleep(0.5)
         started = time.monotonic()
         server.send_signal(signal.SIGQUIT)

@@ -50,16 +50,21 @@ class NotifySocket:
         self.sock.bind(self.path)
         self.received: list[tuple[float, str]] = []
 
+    def _receive(self, timeout: float) -> bool:
+        """One message into ``received`` if it comes within ``timeout``; whether one did."""
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(4096)
+        except TimeoutError:
+            return False
+        self.received.append((time.monotonic(), data.decode()))
+        return True
+
     def read(self, duration: float) -> list[tuple[float, str]]:
         """Messages for ``duration`` seconds; all received so far."""
         deadline = time.monotonic() + duration
-        while (left := deadline - time.monotonic()) > 0:
-            self.sock.settimeout(left)
-            try:
-                data = self.sock.recv(4096)
-            except TimeoutError:
-                break
-            self.received.append((time.monotonic(), data.decode()))
+        while (left := deadline - time.monotonic()) > 0 and self._receive(left):
+            pass
         return self.received
 
     def wait_for(self, field: str, timeout: float = STARTUP_TIMEOUT, after: float = 0.0) -> float:
@@ -72,12 +77,7 @@ class NotifySocket:
                     return at
             left = deadline - time.monotonic()
             assert left > 0, f"no {field!r} in {timeout}s; received {self.messages()}"
-            self.sock.settimeout(left)
-            try:
-                data = self.sock.recv(4096)
-            except TimeoutError:
-                continue
-            self.received.append((time.monotonic(), data.decode()))
+            self._receive(left)
 
     def messages(self) -> list[str]:
         return [message for _, message in self.received]
