@@ -144,11 +144,10 @@ class HttpServer:
         lifespan state, ``tls`` the TLS files read (None: no TLS), ``metrics`` a region and the
         slot to count into (``ferrule.metrics``). Raises ValueError for a setting the server
         cannot use."""
-    def serve_tcp(self, fd: int) -> NativeFuture[None]:
-        """Serve a listening TCP socket (ownership of ``fd`` passes to the server); the future
-        resolves once the server has stopped and every connection is closed."""
-    def serve_unix(self, fd: int, path: str) -> NativeFuture[None]:
-        """As ``serve_tcp``, for a listening Unix socket bound at ``path``."""
+    def serve(self, listeners: list[tuple[int, str | None]]) -> NativeFuture[None]:
+        """Serve listening sockets, each a descriptor (ownership passes to the server) and the
+        path a Unix socket is bound at, or None for TCP; the future resolves once the server
+        has stopped and every connection is closed."""
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop accepting; in-flight requests get ``timeout`` seconds, then are cancelled."""
     @property

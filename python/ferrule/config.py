@@ -16,7 +16,7 @@ from ferrule._logging import LOG_LEVELS, apply_log_config
 from ferrule.checks import DEFAULT_HEAD_SIZE, as_list, parse_header
 from ferrule.interface import InterfaceError, adapt
 from ferrule.settings import BY_NAME, KEY_PASSWORD_ENV, SETTINGS, SettingError
-from ferrule.sockets import listening_socket
+from ferrule.sockets import listening_sockets
 
 __all__ = [
     "KEY_PASSWORD_ENV",
@@ -56,6 +56,8 @@ class Config:
     worker: bool
     #: A worker's end of the pipe its event loop writes heartbeats on (``Supervisor``'s).
     heartbeat_fd: int | None
+    #: The listening sockets a worker inherits from its supervisor or reloader.
+    inherited_fds: list[int]
     #: A worker's metrics region (an inherited file) and its slot in it (``ferrule.metrics``).
     metrics_slot: tuple[int, int] | None
     #: The supervisor's metrics (``ferrule.metrics.Metrics``), which its workers count into.
@@ -70,6 +72,7 @@ class Config:
         self.loaded_app: Any = None
         self.worker = False
         self.heartbeat_fd = None
+        self.inherited_fds = []
         self.metrics_slot = None
         self.metrics_owner = None
         for setting in SETTINGS:
@@ -161,7 +164,7 @@ class Config:
     def bind_socket(self) -> socket.socket:
         """The listening socket of this config's address, bound now (inheritable, as a parent
         process shares it with its workers), for ``Server.serve(sockets=[...])``."""
-        sock = listening_socket(self)
+        sock = listening_sockets(self)[0]
         sock.set_inheritable(True)
         return sock
 

@@ -17,19 +17,20 @@ WORKER_ENV = "FERRULE_WORKER"
 
 def worker_data(
     config: Config,
-    fd: int,
+    fds: list[int],
     heartbeat_fd: int | None,
     metrics_slot: tuple[int, int] | None = None,
 ) -> str:
     """What a worker needs, as JSON: the app, the parent's resolved settings, and the
-    inherited descriptors (the listening socket, the heartbeat pipe, the metrics region with
+    inherited descriptors (the listening sockets, the heartbeat pipe, the metrics region with
     the worker's slot in it)."""
     settings: dict[str, Any] = config.inherited()
-    settings["fd"] = fd
+    settings["fd"] = fds[0]  # the settings say the socket is inherited, not bound here
     return json.dumps(
         {
             "app": config.app,
             "settings": settings,
+            "fds": fds,
             "heartbeat_fd": heartbeat_fd,
             "metrics_slot": metrics_slot,
             "parent": os.getpid(),
@@ -42,6 +43,7 @@ def worker_config(data: str) -> Config:
     config = Config(loaded["app"], **loaded["settings"], workers=1)
     config.worker = True
     config.heartbeat_fd = loaded["heartbeat_fd"]
+    config.inherited_fds = loaded["fds"]
     slot = loaded.get("metrics_slot")
     config.metrics_slot = None if slot is None else (slot[0], slot[1])
     return config

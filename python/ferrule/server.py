@@ -37,10 +37,12 @@ from ferrule.message_log import MessageLogger
 from ferrule.metrics import Metrics, MetricsListenError, worker_region
 from ferrule.sockets import (
     bound_socket_file,
+    close_all,
     describe,
-    listening_socket,
+    listening_sockets,
     quic_socket,
     remove_socket_file,
+    unix_path,
 )
 from ferrule.supervisor import Reloader, Supervisor
 
@@ -183,8 +185,8 @@ class Server:
     ``should_exit`` is set, on SIGINT or SIGTERM (on the main thread: ``capture_signals``), or
     after ``limit_max_requests``; a second signal (or ``force_exit``) cancels what is still
     running instead of waiting for it. ``started`` is true while connections are accepted. A
-    server that cannot start logs why and raises ``SystemExit(3)``. ``sockets``: one bound
-    socket to serve instead of the config's address (the server takes ownership of it).
+    server that cannot start logs why and raises ``SystemExit(3)``. ``sockets``: bound sockets
+    to serve instead of the config's address (the server takes ownership of them).
 
     ``startup``, ``main_loop`` and ``shutdown`` are the three steps ``serve`` takes, for
     programs (and test helpers) that drive them one by one."""
@@ -255,51 +257,51 @@ class Server:
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         """Loads the app, runs lifespan startup, binds (or takes ``sockets``) and serves."""
         config = self.config
-        if sockets is not None and len(sockets) != 1:
-            raise ValueError("ferrule serves one socket: give a list of one")
+        if sockets is not None and not sockets:
+            raise ValueError("sockets: give at least one socket to serve")
         loop = self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         if self.should_exit:
             self._wake.set()
-        starting = _starting(config, sockets[0] if sockets else None)
+        starting = _starting(config, sockets)
         if starting is None:
             raise SystemExit(STARTUP_FAILURE)
-        app, tls_files, sock = starting
+        app, tls_files, socks = starting
         self._socket_file = None if sockets else bound_socket_file(config)
-        metrics = self._start_bridge(loop, sock)
+        metrics = self._start_bridge(loop, socks)
         self.lifespan = Lifespan(app, config.lifespan)
         try:
             await self.lifespan.startup()
         except LifespanFailure as exc:
             logger.error("%s", exc)
-            sock.close()
+            close_all(socks)
             raise SystemExit(STARTUP_FAILURE) from None
         if self.should_exit:  # Ctrl-C during startup: stop without serving, as uvicorn
-            sock.close()
+            close_all(socks)
             return
-        await self._start_core(app, tls_files, metrics, sock)
-        self.servers = [Listening(sock)]
+        await self._start_core(app, tls_files, metrics, socks)
+        self.servers = [Listening(socks)]
         if not config.worker:  # a worker's parent said where, once for all (as uvicorn)
-            logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, config))
+            logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(socks, config))
         if config.heartbeat_fd is not None:
             self._heartbeat = Heartbeat(
                 loop, config.heartbeat_fd, config.timeout_worker_healthcheck
             )
         self.started = True
         if self._systemd is not None:
-            self._systemd.send("READY=1", f"STATUS=Serving on {describe(sock, config)}")
+            self._systemd.send("READY=1", f"STATUS=Serving on {describe(socks, config)}")
 
     def _start_bridge(
-        self, loop: asyncio.AbstractEventLoop, sock: socket.socket
+        self, loop: asyncio.AbstractEventLoop, socks: list[socket.socket]
     ) -> tuple[Any, int] | None:
         """The bridge on ``loop``; returns what ``_count_metrics`` does. A metrics endpoint
-        that cannot listen is a startup failure (``sock`` closed)."""
+        that cannot listen is a startup failure (``socks`` closed)."""
         global _serving_bridge
         try:
             metrics = self._count_metrics()
         except MetricsListenError as exc:
             logger.error("%s", exc)
-            sock.close()
+            close_all(socks)
             raise SystemExit(STARTUP_FAILURE) from None
         # The GIL-wait metric is the trace's histograms.
         trace = self.config.trace_requests or metrics is not None
@@ -312,11 +314,15 @@ class Server:
         return metrics
 
     async def _start_core(
-        self, app: Any, tls_files: Any, metrics: tuple[Any, int] | None, sock: socket.socket
+        self,
+        app: Any,
+        tls_files: Any,
+        metrics: tuple[Any, int] | None,
+        socks: list[socket.socket],
     ) -> None:
-        """The server core serving a duplicate of ``sock`` (and with ``--http3``, HTTP/3 beside
-        it): ``_stopped`` is done once it stops. On a failure, the reason is logged, ``sock``
-        closed and lifespan shut down before ``SystemExit(3)``."""
+        """The server core serving duplicates of ``socks`` (and with ``--http3``, HTTP/3 beside
+        the first TCP one): ``_stopped`` is done once it stops. On a failure, the reason is
+        logged, ``socks`` closed and lifespan shut down before ``SystemExit(3)``."""
         assert self._bridge is not None and self.lifespan is not None
         config = self.config
         try:
@@ -325,33 +331,39 @@ class Server:
             )
         except ValueError as exc:  # TLS material rustls refuses, an invalid --header
             logger.error("%s", exc)
-            sock.close()
+            close_all(socks)
             await self.lifespan.shutdown()
             raise SystemExit(STARTUP_FAILURE) from None
         quic = None
-        if config.http3 and tls_files is not None and sock.family != socket.AF_UNIX:
+        tcp = next((sock for sock in socks if sock.family != socket.AF_UNIX), None)
+        if config.http3 and tls_files is not None and tcp is not None:
             try:
-                quic = quic_socket(sock)
+                quic = quic_socket(tcp)
                 h3 = H3Server(http, tls_files)
             except (OSError, ValueError) as exc:
                 logger.error("%s", exc)
                 if quic is not None:
                     quic.close()
-                sock.close()
+                close_all(socks)
                 await self.lifespan.shutdown()
                 raise SystemExit(STARTUP_FAILURE) from None
         self._access = AccessRouting(http, config)
         self._access.update()
-        # The server core serves a duplicate of the socket; this one stays for ``servers``.
-        if sock.family == socket.AF_UNIX:
-            stopped = http.serve_unix(os.dup(sock.fileno()), config.uds)
-        else:
-            stopped = http.serve_tcp(os.dup(sock.fileno()))
-        if quic is not None:
+        # The server core serves duplicates of the sockets; these stay for ``servers``.
+        stopped = http.serve(
+            [
+                (
+                    os.dup(sock.fileno()),
+                    unix_path(sock, config) if sock.family == socket.AF_UNIX else None,
+                )
+                for sock in socks
+            ]
+        )
+        if quic is not None and tcp is not None:
             # Stops with the TCP side (``shutdown`` is shared): done once both are.
             stopped = asyncio.gather(_until(stopped), _until(h3.serve(quic.detach())))
             # Each worker says so: its own socket joins the port's SO_REUSEPORT group here.
-            host, port = sock.getsockname()[:2]
+            host, port = tcp.getsockname()[:2]
             logger.info("ferrule serving HTTP/3 on udp %s:%d [%d]", host, port, os.getpid())
         self._stopped = asyncio.ensure_future(_until(stopped))
 
@@ -522,12 +534,12 @@ class Server:
 
 
 class Listening:
-    """A listening socket as ``Server.servers`` lists it, in the shape of ``asyncio.Server``
-    (``sockets``, ``close()``, ``wait_closed()``, ``is_serving()``): the server core serves a
-    duplicate of it."""
+    """The listening sockets as ``Server.servers`` lists them, in the shape of ``asyncio.Server``
+    (``sockets``, ``close()``, ``wait_closed()``, ``is_serving()``): the server core serves
+    duplicates of them."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sockets = [sock]
+    def __init__(self, socks: list[socket.socket]) -> None:
+        self.sockets = list(socks)
         self._closed = False
 
     def is_serving(self) -> bool:
@@ -556,23 +568,24 @@ def _http_server(
 
 
 def _starting(
-    config: Config, sock: socket.socket | None = None
-) -> tuple[Any, tls.TlsFiles | None, socket.socket] | None:
-    """What serving needs first: the app, the TLS files, and the listening socket (``sock``
+    config: Config, socks: list[socket.socket] | None = None
+) -> tuple[Any, tls.TlsFiles | None, list[socket.socket]] | None:
+    """What serving needs first: the app, the TLS files, and the listening sockets (``socks``
     if given, else the config's); None, the reason logged, if one of them cannot be had."""
     try:
         app = config.loaded_app if config.loaded else config.load_app()
         if config.log_level_number <= TRACE:
             app = MessageLogger(app)
         tls_files = tls.load(config)
-        if sock is None:
-            sock = listening_socket(config)
+        if socks is None:
+            socks = listening_sockets(config)
         else:
-            sock.listen(config.backlog)  # as asyncio's create_server: bound is enough
+            for sock in socks:
+                sock.listen(config.backlog)  # as asyncio's create_server: bound is enough
     except (AppLoadError, tls.TlsConfigError, OSError) as exc:
         logger.error("%s", exc)
         return None
-    return app, tls_files, sock
+    return app, tls_files, socks
 
 
 async def _apps_finished(bridge: Bridge, timeout: float | None) -> None:

@@ -1,5 +1,5 @@
-"""The listening socket: bound (TCP or Unix) or inherited from a parent process, how it is
-named in the log, and removing a Unix socket file on exit."""
+"""The listening sockets: bound (TCP or Unix) or inherited (from a parent process, from systemd),
+how they are named in the log, and removing a Unix socket file on exit."""
 
 from __future__ import annotations
 
@@ -20,16 +20,36 @@ class Address(Protocol):
     fd: int | None
     backlog: int
     ssl_certfile: str | None
+    inherited_fds: list[int]
 
 
-def describe(sock: socket.socket, config: Address) -> str:
+def describe(socks: list[socket.socket], config: Address) -> str:
+    """The sockets as the log names them, with commas between."""
+    return ", ".join(_describe_one(sock, config) for sock in socks)
+
+
+def _describe_one(sock: socket.socket, config: Address) -> str:
     if sock.family == socket.AF_UNIX:
-        return f"unix socket {config.uds or sock.getsockname()}"
+        return f"unix socket {unix_path(sock, config)}"
     host, port = sock.getsockname()[:2]
     if sock.family == socket.AF_INET6:
         host = f"[{host}]"
     scheme = "https" if config.ssl_certfile else "http"
     return f"{scheme}://{host}:{port}"
+
+
+def unix_path(sock: socket.socket, config: Address) -> str:
+    """Where a Unix socket is bound: ``uds`` if this process bound it, else its own name (one
+    systemd or a parent process passed)."""
+    if config.uds and config.fd is None:
+        return config.uds
+    name = sock.getsockname()
+    return name if isinstance(name, str) else name.decode(errors="replace")
+
+
+def close_all(socks: list[socket.socket]) -> None:
+    for sock in socks:
+        sock.close()
 
 
 def bound_socket_file(config: Address) -> tuple[int, int] | None:
@@ -78,31 +98,39 @@ def quic_socket(tcp: socket.socket) -> socket.socket:
     return sock
 
 
-def listening_socket(config: Address) -> socket.socket:
-    """The socket to serve: inherited (``fd``), passed by systemd (socket activation, unless
-    ``fd`` or ``uds`` says otherwise), a Unix socket, or TCP; bound and listening."""
-    handed = upgrade.inherited_fd()
+def listening_sockets(config: Address) -> list[socket.socket]:
+    """The sockets to serve, bound and listening: those a supervisor being upgraded handed
+    over, a worker's from its supervisor, those systemd passed (socket activation, unless
+    ``fd`` or ``uds`` says otherwise), the inherited ``fd``, a Unix socket, or TCP."""
+    handed = upgrade.inherited_fds()
     activated: list[tuple[int, str]] = []
-    if handed is None and config.fd is None and not config.uds:
+    if not handed and config.fd is None and not config.uds:
         activated = systemd.listen_fds()
-    if len(activated) > 1:
-        names = ", ".join(f"{fd} ({name})" for fd, name in activated)
-        raise OSError(
-            f"systemd passed {len(activated)} sockets, {names}: ferrule serves one; "
-            "name it with --fd"
-        )
-    if handed is not None:
-        # From the supervisor this one replaces (SIGUSR2): its socket, whatever the settings.
-        sock = socket.socket(fileno=handed)
+    if handed:
+        # From the supervisor this one replaces (SIGUSR2): its sockets, whatever the settings.
+        socks = [socket.socket(fileno=fd) for fd in handed]
+    elif config.inherited_fds:
+        # A worker's: duplicates, as for ``fd``.
+        socks = [socket.socket(fileno=os.dup(fd)) for fd in config.inherited_fds]
     elif activated:
-        # As systemd's own servers do: the unit's socket, whatever --host and --port say. A
-        # duplicate, so that the descriptor systemd passed stays as it was.
-        sock = socket.socket(fileno=os.dup(activated[0][0]))
-    elif config.fd is not None:
+        # As systemd's own servers do: the unit's sockets, whatever --host and --port say.
+        # Duplicates, so that the descriptors systemd passed stay as they were.
+        socks = [socket.socket(fileno=os.dup(fd)) for fd, _ in activated]
+    else:
+        socks = [_configured_socket(config)]
+    for sock in socks:
+        sock.listen(config.backlog)
+        sock.setblocking(False)
+    return socks
+
+
+def _configured_socket(config: Address) -> socket.socket:
+    """The socket the settings name: ``fd``, ``uds``, or ``host`` and ``port``; bound."""
+    if config.fd is not None:
         # A duplicate: the descriptor stays the caller's, open after the server is done with
         # it, as uvicorn leaves it. listen() again, as asyncio's servers do: it may not be yet.
-        sock = socket.socket(fileno=os.dup(config.fd))
-    elif config.uds:
+        return socket.socket(fileno=os.dup(config.fd))
+    if config.uds:
         if os.path.exists(config.uds):
             os.unlink(config.uds)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -112,21 +140,19 @@ def listening_socket(config: Address) -> socket.socket:
         except OSError:
             sock.close()
             raise
-    else:
-        # No host (uvicorn's Config(host=None)): every IPv4 address.
-        host = "0.0.0.0" if config.host is None else config.host
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, config.port))
-        except OSError as exc:
-            sock.close()
-            raise OSError(
-                exc.errno,
-                f"error while attempting to bind on address ({config.host!r}, {config.port}): "
-                f"{exc.strerror.lower() if exc.strerror else exc}",
-            ) from None
-    sock.listen(config.backlog)
-    sock.setblocking(False)
+        return sock
+    # No host (uvicorn's Config(host=None)): every IPv4 address.
+    host = "0.0.0.0" if config.host is None else config.host
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, config.port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(
+            exc.errno,
+            f"error while attempting to bind on address ({config.host!r}, {config.port}): "
+            f"{exc.strerror.lower() if exc.strerror else exc}",
+        ) from None
     return sock

@@ -1,6 +1,6 @@
 """The parent process of ``--workers N`` (``Supervisor``) and ``--reload`` (``Reloader``): it
-binds the socket once, starts worker processes (``python -m ferrule.worker`` serving the
-inherited socket with the parent's settings, each importing the app itself), watches them
+binds the sockets once, starts worker processes (``python -m ferrule.worker`` serving the
+inherited sockets with the parent's settings, each importing the app itself), watches them
 and stops them."""
 
 from __future__ import annotations
@@ -21,7 +21,13 @@ from ferrule.config import STARTUP_FAILURE, Config
 from ferrule.handshake import REPLACE_ME, WORKER_ENV, worker_data
 from ferrule.metrics import SUPERVISOR_SLOTS, Metrics, MetricsListenError
 from ferrule.recycling import REASONS, Recycling
-from ferrule.sockets import bound_socket_file, describe, listening_socket, remove_socket_file
+from ferrule.sockets import (
+    bound_socket_file,
+    close_all,
+    describe,
+    listening_sockets,
+    remove_socket_file,
+)
 from ferrule.watch import WatchedFiles, changed_files
 
 logger = logging.getLogger("ferrule.error")
@@ -44,7 +50,7 @@ class Worker:
     """A worker process started by ``Supervisor``, and the reading end of the pipe its event
     loop writes heartbeats on (see ``Heartbeat``)."""
 
-    def __init__(self, config: Config, sock: socket.socket) -> None:
+    def __init__(self, config: Config, socks: list[socket.socket]) -> None:
         # With --metrics, a slot of the supervisor's region, kept until the worker has exited.
         self.metrics: Metrics | None = config.metrics_owner
         self.metrics_slot = None if self.metrics is None else self.metrics.claim()
@@ -57,7 +63,7 @@ class Worker:
             shared = None
             if self.metrics is not None and self.metrics_slot is not None:
                 shared = (self.metrics.fd, self.metrics_slot)
-            self.process = spawn_worker(config, sock, heartbeat_fd=write_end, metrics_slot=shared)
+            self.process = spawn_worker(config, socks, heartbeat_fd=write_end, metrics_slot=shared)
         except BaseException:
             self.close()
             raise
@@ -107,7 +113,7 @@ class Worker:
 
 class Supervisor:
     """``--workers N``: N processes each importing the app itself (never forked after import),
-    sharing one listening socket, with uvicorn's signals:
+    sharing the listening sockets, with uvicorn's signals:
 
     - a worker that dies is replaced, and so is one whose event loop stops beating
       (``--timeout-worker-healthcheck``); one that exits with ``STARTUP_FAILURE`` (the app would
@@ -144,12 +150,12 @@ class Supervisor:
         self.upgraded = False  # that supervisor serves: this one stops
 
     def run(self) -> int:
-        bound = parent_socket(self.config)
+        bound = parent_sockets(self.config)
         if bound is None:
             return STARTUP_FAILURE
-        sock, socket_file = bound
+        socks, socket_file = bound
         if not self._start_metrics():
-            sock.close()
+            close_all(socks)
             remove_socket_file(self.config, socket_file)
             return STARTUP_FAILURE
         # The handlers first: a signal sent on seeing the lines below finds them in place.
@@ -157,18 +163,18 @@ class Supervisor:
             signal.signal(signum, self._on_stop_signal)
         for signum in MANAGEMENT_SIGNALS:
             signal.signal(signum, self._on_management_signal)
-        logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
+        logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(socks, self.config))
         logger.info("Started parent process [%d]", os.getpid())
-        self.workers = [self._new_worker(sock) for _ in range(self.config.workers)]
+        self.workers = [self._new_worker(socks) for _ in range(self.config.workers)]
         status = 0
         while not self.stopping:
-            self._handle_signals(sock)
-            status = self._tend_workers(sock, time.monotonic())
+            self._handle_signals(socks)
+            status = self._tend_workers(socks, time.monotonic())
             self._tell_systemd()
             self._follow_upgrade()
             time.sleep(0.1)
         self.systemd.send("STOPPING=1", "STATUS=Stopping")
-        self._stop_everyone(sock, socket_file)
+        self._stop_everyone(socks, socket_file)
         logger.info("Stopping parent process [%d]", os.getpid())
         return status
 
@@ -215,7 +221,7 @@ class Supervisor:
         self.config.metrics_owner = metrics
         return True
 
-    def _tend_workers(self, sock: socket.socket, now: float) -> int:
+    def _tend_workers(self, socks: list[socket.socket], now: float) -> int:
         """One look at every worker: read its beats, and replace it if it exited or stopped
         beating, or recycle it when due. Returns ``STARTUP_FAILURE`` (and stops) if a worker
         failed to start, else 0."""
@@ -235,21 +241,21 @@ class Supervisor:
                     status = STARTUP_FAILURE
                     break
                 if self._replace_exited(worker, now):
-                    self.workers[i] = worker.successor or self._new_worker(sock)
+                    self.workers[i] = worker.successor or self._new_worker(socks)
                 else:
                     gone.append(worker)
             elif not self._healthy(worker, now):
                 self.restarts["health_check"] += 1
                 self._retire(worker, now)
-                self.workers[i] = worker.successor or self._new_worker(sock)
+                self.workers[i] = worker.successor or self._new_worker(socks)
             else:
                 if worker.serving:
                     self.crash_delay = FIRST_CRASH_DELAY
-                self._recycle(i, sock, now, read_rss)
+                self._recycle(i, socks, now, read_rss)
         self.workers = [worker for worker in self.workers if worker not in gone]
         while self.respawns and self.respawns[0] <= now and not self.stopping:
             self.respawns.pop(0)
-            self.workers.append(self._new_worker(sock))
+            self.workers.append(self._new_worker(socks))
         self._reap_retiring(now)
         return status
 
@@ -278,38 +284,42 @@ class Supervisor:
             return False
         return True
 
-    def _stop_everyone(self, sock: socket.socket, socket_file: tuple[int, int] | None) -> None:
+    def _stop_everyone(
+        self, socks: list[socket.socket], socket_file: tuple[int, int] | None
+    ) -> None:
         """Stops every worker (serving, retiring, or a successor not yet serving), then lets go
         of the socket and the metrics."""
         everyone = self.workers + self.retiring + self._successors()
         stop_workers(self.config, [worker.process for worker in everyone])
         for worker in everyone:
             worker.close()
-        sock.close()
+        close_all(socks)
         if not self.upgraded:  # the new supervisor serves on the socket file
             remove_socket_file(self.config, socket_file)
         if self.config.metrics_owner is not None:
             self.config.metrics_owner.close()
             self.config.metrics_owner = None
 
-    def _handle_signals(self, sock: socket.socket) -> None:
+    def _handle_signals(self, socks: list[socket.socket]) -> None:
         while self.signals and not self.stopping:
             signum = self.signals.pop(0)
             if signum == signal.SIGHUP:
                 logger.info("Received SIGHUP, restarting processes.")
-                self._restart_all(sock)
+                self._restart_all(socks)
             elif signum == signal.SIGUSR2:
                 if self.upgrade is not None:
                     logger.info("Received SIGUSR2, but an upgrade is under way.")
                     continue
-                self.upgrade = upgrade.Upgrade(sock.fileno(), self.systemd.environment)
+                self.upgrade = upgrade.Upgrade(
+                    [s.fileno() for s in socks], self.systemd.environment
+                )
                 logger.info(
                     "Received SIGUSR2, upgrading: new parent process [%d] started.",
                     self.upgrade.pid,
                 )
             elif signum == signal.SIGTTIN:
                 logger.info("Received SIGTTIN, increasing the number of processes.")
-                self.workers.append(self._new_worker(sock))
+                self.workers.append(self._new_worker(socks))
             elif len(self.workers) <= 1:
                 logger.info("Received SIGTTOU, but one process is the fewest there can be.")
             else:
@@ -318,7 +328,7 @@ class Supervisor:
                 self._drop_successor(worker)
                 self._retire(worker, time.monotonic())
 
-    def _restart_all(self, sock: socket.socket) -> None:
+    def _restart_all(self, socks: list[socket.socket]) -> None:
         """Each worker in turn: start its replacement, wait until it serves, then retire the
         old one (SIGTERM: it finishes its requests). A replacement that exits or stays silent
         past the startup grace is killed and the restart given up, the old workers kept. A
@@ -328,7 +338,7 @@ class Supervisor:
         self.systemd.reloading()
         self.serving_told = -1  # READY=1 again once all serve
         for i, old in enumerate(list(self.workers)):
-            new = self._new_worker(sock)
+            new = self._new_worker(socks)
             grace = self._startup_grace
             while not (new.serving or self.stopping or new.process.poll() is not None):
                 now = time.monotonic()
@@ -357,12 +367,12 @@ class Supervisor:
             self._retire(old, time.monotonic())
             self.workers[i] = new
 
-    def _new_worker(self, sock: socket.socket) -> Worker:
-        worker = Worker(self.config, sock)
+    def _new_worker(self, socks: list[socket.socket]) -> Worker:
+        worker = Worker(self.config, socks)
         worker.lifetime_end = self.recycling.lifetime_end(worker.started)
         return worker
 
-    def _recycle(self, i: int, sock: socket.socket, now: float, read_rss: bool) -> None:
+    def _recycle(self, i: int, socks: list[socket.socket], now: float, read_rss: bool) -> None:
         """Recycling of the serving worker ``self.workers[i]``: once its successor serves,
         it is retired and the successor takes its place; a successor that exits or does not
         serve in time is killed, the worker kept and tried again later. Else, if it is due
@@ -404,7 +414,7 @@ class Supervisor:
         if reason:
             logger.warning("Worker [%d] past %s: replacing it", worker.pid, why)
             worker.reason = reason
-            worker.successor = self._new_worker(sock)
+            worker.successor = self._new_worker(socks)
 
     def _due(self, worker: Worker, now: float, read_rss: bool) -> tuple[str, str]:
         """Why ``worker`` is to be replaced: the reason counted and the limit passed, for the
@@ -519,32 +529,32 @@ class Reloader:
         self.should_exit = threading.Event()
 
     def run(self) -> int:
-        bound = parent_socket(self.config)
+        bound = parent_sockets(self.config)
         if bound is None:
             return STARTUP_FAILURE
-        sock, socket_file = bound
+        socks, socket_file = bound
         logger.info("Will watch for changes in these directories: %s", sorted(self.files.dirs))
-        logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(sock, self.config))
+        logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(socks, self.config))
         logger.info("Started reloader process [%d] using %s", os.getpid(), self.name)
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_signal)
-        worker = self._reload_until_stopped(sock)
+        worker = self._reload_until_stopped(socks)
         if worker is not None:
             stop_workers(self.config, [worker])
-        sock.close()
+        close_all(socks)
         remove_socket_file(self.config, socket_file)
         logger.info("Stopping reloader process [%d]", os.getpid())
         return 0
 
-    def _reload_until_stopped(self, sock: socket.socket) -> subprocess.Popen[bytes] | None:
+    def _reload_until_stopped(self, socks: list[socket.socket]) -> subprocess.Popen[bytes] | None:
         """Runs a worker, replaced on each change of the watched files, until a stop signal;
         returns the worker still running then, if any."""
         seen = self.files.snapshot()
-        worker: subprocess.Popen[bytes] | None = spawn_worker(self.config, sock)
+        worker: subprocess.Popen[bytes] | None = spawn_worker(self.config, socks)
         # Event.wait, not sleep: a signal wakes it at once.
         while not self.should_exit.wait(self.config.reload_delay):
             if worker is not None and worker.poll() is not None:
-                worker = self._after_exit(worker, sock)
+                worker = self._after_exit(worker, socks)
             now = self.files.snapshot()
             changes = changed_files(seen, now)
             seen = now
@@ -559,17 +569,17 @@ class Reloader:
                 return None
             # Changes made while the old worker stopped are in the new one: not seen again.
             seen = self.files.snapshot()
-            worker = spawn_worker(self.config, sock)
+            worker = spawn_worker(self.config, socks)
         return worker
 
     def _after_exit(
-        self, worker: subprocess.Popen[bytes], sock: socket.socket
+        self, worker: subprocess.Popen[bytes], socks: list[socket.socket]
     ) -> subprocess.Popen[bytes] | None:
         """The worker in place of ``worker``, which exited: a new one if it stopped itself
         (``--limit-max-requests``), else none until the next change of the files."""
         if worker.returncode == 0:
             logger.info("Worker [%d] finished; starting a new one", worker.pid)
-            return spawn_worker(self.config, sock)
+            return spawn_worker(self.config, socks)
         logger.warning(
             "Worker [%d] died (%s); waiting for file changes to start it again",
             worker.pid,
@@ -581,35 +591,37 @@ class Reloader:
         self.should_exit.set()
 
 
-def parent_socket(config: Config) -> tuple[socket.socket, tuple[int, int] | None] | None:
-    """The socket a parent binds once for all its workers (inheritable), and the identity of
-    the Unix socket file it made, if any; None (the error logged) if it cannot be bound."""
+def parent_sockets(config: Config) -> tuple[list[socket.socket], tuple[int, int] | None] | None:
+    """The sockets a parent binds once for all its workers (inheritable), and the identity of
+    the Unix socket file it made, if any; None (the error logged) if they cannot be had."""
     try:
-        sock = listening_socket(config)
+        socks = listening_sockets(config)
     except OSError as exc:
         logger.error("%s", exc)
         return None
-    sock.set_inheritable(True)
-    return sock, bound_socket_file(config)
+    for sock in socks:
+        sock.set_inheritable(True)
+    return socks, bound_socket_file(config)
 
 
 def spawn_worker(
     config: Config,
-    sock: socket.socket,
+    socks: list[socket.socket],
     heartbeat_fd: int | None = None,
     metrics_slot: tuple[int, int] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """A worker process (``python -m ferrule.worker``) serving the inherited ``sock`` with the
+    """A worker process (``python -m ferrule.worker``) serving the inherited ``socks`` with the
     parent's settings; it imports the app itself, beats on ``heartbeat_fd`` when given, and
     counts into slot ``metrics_slot[1]`` of the metrics region ``metrics_slot[0]``."""
-    fds = [sock.fileno()]
+    sock_fds = [sock.fileno() for sock in socks]
+    fds = list(sock_fds)
     if heartbeat_fd is not None:
         fds.append(heartbeat_fd)
     if metrics_slot is not None:
         fds.append(metrics_slot[0])
     # In the environment, not on the command line, which any user can read with ps (the key
     # password is a setting); a process's environment is readable only by its owner.
-    data = worker_data(config, sock.fileno(), heartbeat_fd, metrics_slot)
+    data = worker_data(config, sock_fds, heartbeat_fd, metrics_slot)
     env = {**os.environ, WORKER_ENV: data}
     worker = subprocess.Popen(
         [sys.executable, "-m", "ferrule.worker"],

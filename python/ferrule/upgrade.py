@@ -1,8 +1,8 @@
 """An upgrade with no request lost (SIGUSR2 to the parent of ``--workers``): the running
 supervisor starts a new one from the command it was started with (so a new venv, interpreter
-or code at the same paths is what starts), hands it the listening socket, and once the new
+or code at the same paths is what starts), hands it the listening sockets, and once the new
 one's workers all serve it hears so on a pipe, stops its own workers gracefully and exits.
-Between the two, both sets of workers accept on the one socket: no connection is refused."""
+Between the two, both sets of workers accept on the same sockets: no connection is refused."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ import os
 import subprocess
 import sys
 
-#: The listening socket's descriptor in the new supervisor.
+#: The listening sockets' descriptors in the new supervisor, with commas between.
 FD_ENV = "FERRULE_UPGRADE_FD"
 #: The pipe on which the new supervisor says its workers serve.
 READY_ENV = "FERRULE_UPGRADE_READY"
 
 
-def inherited_fd() -> int | None:
-    """The socket a supervisor being upgraded handed this process, if any (read once)."""
-    fd = os.environ.pop(FD_ENV, None)
-    return int(fd) if fd and fd.isdigit() else None
+def inherited_fds() -> list[int]:
+    """The sockets a supervisor being upgraded handed this process, if any (read once)."""
+    fds = os.environ.pop(FD_ENV, "").split(",")
+    return [int(fd) for fd in fds if fd.isdigit()]
 
 
 def tell_ready() -> None:
@@ -44,16 +44,17 @@ def command() -> list[str]:
 
 
 class Upgrade:
-    """A new supervisor started on ``sock_fd``: ``poll`` says "ready" once its workers serve,
-    "failed" if it exited first, None meanwhile. ``passed_on`` adds to its environment what
-    this process took out of its own (systemd's notify socket)."""
+    """A new supervisor started on the sockets ``sock_fds``: ``poll`` says "ready" once its
+    workers serve, "failed" if it exited first, None meanwhile. ``passed_on`` adds to its
+    environment what this process took out of its own (systemd's notify socket)."""
 
-    def __init__(self, sock_fd: int, passed_on: dict[str, str]) -> None:
+    def __init__(self, sock_fds: list[int], passed_on: dict[str, str]) -> None:
         read, write = os.pipe()
         os.set_blocking(read, False)
-        env = {**os.environ, **passed_on, FD_ENV: str(sock_fd), READY_ENV: str(write)}
+        fds = ",".join(map(str, sock_fds))
+        env = {**os.environ, **passed_on, FD_ENV: fds, READY_ENV: str(write)}
         try:
-            self.process = subprocess.Popen(command(), pass_fds=(sock_fd, write), env=env)
+            self.process = subprocess.Popen(command(), pass_fds=(*sock_fds, write), env=env)
         finally:
             os.close(write)
         self._ready = read

@@ -9,10 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 from typing import Any
 
-from gunicorn.arbiter import Arbiter
 from gunicorn.workers.base import Worker
 
 from ferrule.config import Config
@@ -87,9 +85,6 @@ class FerruleWorker(Worker):
         loop = asyncio.get_running_loop()
         # QUIT: gunicorn's quick shutdown, what a second SIGINT is to ferrule.
         loop.add_signal_handler(signal.SIGQUIT, self._quit, server)
-        if len(self.sockets) != 1:
-            self.log.error("ferrule serves one socket: give gunicorn one --bind")
-            sys.exit(Arbiter.WORKER_BOOT_ERROR)
         # A server that cannot start raises SystemExit(3): gunicorn's WORKER_BOOT_ERROR too.
         await server.serve(sockets=list(self.sockets))
 

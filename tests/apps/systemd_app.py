@@ -1,6 +1,6 @@
 """For the systemd tests: ``FERRULE_TEST_STARTUP_DELAY`` seconds of lifespan startup;
 ``/block?secs=S`` blocks the event loop (a sync call in async code); every answer is JSON of
-the serving process's pid."""
+the serving process's pid and the scope's ``server``."""
 
 from __future__ import annotations
 
@@ -24,4 +24,4 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 return
     if scope["path"] == "/block":
         time.sleep(float(query(scope).get("secs", "1")))
-    await send_json(send, {"pid": os.getpid()})
+    await send_json(send, {"pid": os.getpid(), "server": scope["server"]})

@@ -64,6 +64,24 @@ def test_workers_serve_the_masters_socket() -> None:
         server.close()
 
 
+def test_every_socket_gunicorn_binds_is_served(tmp_path: Path) -> None:
+    """Rule: with two ``--bind`` (a port and a Unix socket), each worker serves both of the
+    master's sockets. Broken: the worker refused more than one socket (exit 3, gunicorn's
+    WORKER_BOOT_ERROR) and gunicorn stopped."""
+    path = str(tmp_path / "web.sock")
+    server, port = gunicorn("hello_app:app", "-w", "1", "-b", f"unix:{path}")
+    try:
+        assert pid_of(port) > 0
+        transport = httpx.HTTPTransport(uds=path)
+        with httpx.Client(transport=transport, timeout=10, trust_env=False) as client:
+            response = client.get("http://localhost/")
+        assert response.status_code == 200, response.text
+        assert response.json()["pid"] == pid_of(port)
+        assert server.stop(signal.SIGTERM) == 0, server.describe()
+    finally:
+        server.close()
+
+
 def clients(
     port: int, stop: threading.Event, results: list[str], count: int = 8
 ) -> list[threading.Thread]:

@@ -207,27 +207,98 @@ def test_a_restart_on_the_socket_systemd_holds_answers_every_request() -> None:
     assert not failed, f"{len(failed)} of {len(results)} requests failed: {failed[:10]}"
 
 
-def test_several_sockets_are_a_clear_error(tmp_path: Path) -> None:
-    """Rule: ferrule serves one socket; systemd passing two (``LISTEN_FDS=2``) is an error that
-    says so and names them, not a silent choice. Broken: one served, the other ignored."""
+def get_unix(path: str, timeout: float = 10.0) -> httpx.Response:
+    """One request on a new connection to the Unix socket at ``path``."""
+    transport = httpx.HTTPTransport(uds=path)
+    with httpx.Client(transport=transport, timeout=timeout, trust_env=False) as client:
+        return client.get("http://localhost/")
+
+
+@needs_activate
+@pytest.mark.parametrize("workers", [1, 2])
+def test_systemd_socket_activate_serves_a_tcp_and_a_unix_socket(
+    tmp_path: Path, workers: int
+) -> None:
+    """Rule: a unit with two ``ListenStream=`` lines, one a port and one a path
+    (``systemd-socket-activate -l PORT -l PATH``: ``LISTEN_FDS=2``, a TCP socket as descriptor
+    3 and a Unix one as 4), is served on both by every worker, each request's scope naming the
+    socket it came to, and the log names both. Broken: ferrule refused two sockets (exit 3),
+    and served a Unix socket from systemd not at all (no ``--uds`` path to give the core)."""
+    port = free_port()
+    path = str(tmp_path / "web.sock")
+    env = ["-E", "PYTHONUNBUFFERED=1", "-E", f"PYTHONPATH={os.environ.get('PYTHONPATH', '')}"]
+    argv = [
+        "systemd-socket-activate", "-l", f"127.0.0.1:{port}", "-l", path, *env, "--",
+        sys.executable, "-m", "ferrule", APP, "--workers", str(workers),
+    ]  # fmt: skip
+    server = ServerProcess(argv)
+    try:
+        server.wait_for_output(r"as 4", timeout=10)
+        assert get(port, timeout=STARTUP_TIMEOUT).status_code == 200, server.describe()
+        server.wait_for_output(
+            rf"ferrule running on http://127\.0\.0\.1:{port}, unix socket {path} "
+        )
+        answers = {"tcp": set(), "unix": set()}
+
+        def both_served_by_every_worker() -> bool:
+            tcp, unix = get(port).json(), get_unix(path).json()
+            assert tcp["server"] == ["127.0.0.1", port], tcp
+            assert unix["server"] == [path, None], unix
+            answers["tcp"].add(tcp["pid"])
+            answers["unix"].add(unix["pid"])
+            return all(len(pids) == workers for pids in answers.values())
+
+        poll(
+            both_served_by_every_worker,
+            timeout=30,  # a worker may still be importing on a loaded machine
+            interval=0.01,
+            what=f"{workers} workers answering on both sockets",
+        )
+        code = server.stop(signal.SIGTERM)
+        assert is_clean_exit(code, signal.SIGTERM), server.describe()
+    finally:
+        server.close()
+
+
+def test_several_held_sockets_are_served_through_an_upgrade(tmp_path: Path) -> None:
+    """Rule: the sockets systemd passes (two here, held by the test as systemd holds a .socket
+    unit's) are all served by ``--workers``, and a SIGUSR2 upgrade hands every one of them to
+    the new parent: after it, both still answer, from the new workers. Broken: the upgrade
+    passed on one socket, and the second was closed with the old parent."""
     a, b = socket.socket(), socket.socket()
     for sock in (a, b):
         sock.bind(("127.0.0.1", 0))
-        sock.listen()
+        sock.listen(128)
+    ports = [a.getsockname()[1], b.getsockname()[1]]
     script = (
         f"exec 3<&{a.fileno()} 4<&{b.fileno()}; "
         'LISTEN_PID=$$ LISTEN_FDS=2 LISTEN_FDNAMES=web:admin exec "$@"'
     )
-    argv = ["bash", "-c", script, "bash", sys.executable, "-m", "ferrule", APP]
+    argv = ["bash", "-c", script, "bash", sys.executable, "-m", "ferrule", APP, "--workers", "2"]
     server = ServerProcess(argv, pass_fds=(a.fileno(), b.fileno()))
     try:
-        code = server.wait_exit(STARTUP_TIMEOUT)
+        server.wait_for_output(r"ferrule running on http://127\.0\.0\.1:\d+, http://127")
+        before: set[int] = set()
+        poll(
+            lambda: before.update(get(port).json()["pid"] for port in ports) or len(before) == 2,
+            timeout=STARTUP_TIMEOUT,
+            interval=0.01,
+            what="both workers answering on both sockets",
+        )
+        server.send_signal(signal.SIGUSR2)
+        server.wait_for_output(r"New parent process \[\d+\] serving", timeout=STARTUP_TIMEOUT)
+        after: set[int] = set()
+
+        def new_workers_on_both() -> bool:
+            pids = [get(port).json()["pid"] for port in ports]
+            after.update(pid for pid in pids if pid not in before)
+            return len(after) == 2 and not before & set(pids)
+
+        poll(new_workers_on_both, timeout=STARTUP_TIMEOUT, interval=0.05, what="new workers")
     finally:
         server.close()
         a.close()
         b.close()
-    assert code == 3, server.describe()
-    assert "systemd passed 2 sockets, 3 (web), 4 (admin): ferrule serves one" in server.stderr
 
 
 # -- the notify socket -------------------------------------------------------------------------

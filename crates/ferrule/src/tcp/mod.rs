@@ -1,6 +1,6 @@
 //! The TCP transport under HTTP/1.1 and HTTP/2, one file per concern:
 //! - `server`: `HttpServer`, the Python class: settings, listening sockets, shutdown;
-//! - `listener`: `Listener`, the listening sockets Python hands over, and accepting;
+//! - `listener`: `Listeners`, the listening sockets Python hands over, and accepting;
 //! - `serving`: the accept loop and each connection it serves (TLS handshake, hyper, setting
 //!   idle HTTP/1.1 connections aside);
 //! - `finish_when`: `FinishWhen`, when a connection is asked to finish, and when an idle

@@ -18,7 +18,7 @@ use crate::bridge::{Bridge, NativeFuture, ResumeVia};
 use crate::logs::AccessWriter;
 use crate::metrics::{MetricsRegion, WorkerMetrics};
 
-use super::listener::{std_tcp_listener, std_unix_listener, Listener};
+use super::listener::{std_tcp_listener, std_unix_listener, Listener, Listeners};
 use super::serving::accept_loop;
 use super::tls::TlsFiles;
 
@@ -78,23 +78,32 @@ impl HttpServer {
         })
     }
 
-    /// Serves the listening TCP socket `fd` (ownership passes to the server). Returns a future
+    /// Serves the listening sockets `listeners`, each a descriptor (ownership passes to the
+    /// server) with the path a Unix socket is bound at, or None for TCP. Returns a future
     /// resolved once the server has stopped and every connection is closed.
-    fn serve_tcp(&self, py: Python<'_>, fd: RawFd) -> PyResult<Py<NativeFuture>> {
-        let listener = std_tcp_listener(fd)?;
+    fn serve(
+        &self,
+        py: Python<'_>,
+        listeners: Vec<(RawFd, Option<String>)>,
+    ) -> PyResult<Py<NativeFuture>> {
+        if listeners.is_empty() {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "serve needs at least one socket",
+            ));
+        }
+        let mut taken = Vec::with_capacity(listeners.len());
+        for (fd, path) in listeners {
+            taken.push(match path {
+                None => Taken::Tcp(std_tcp_listener(fd)?),
+                Some(path) => Taken::Unix(std_unix_listener(fd)?, path),
+            });
+        }
         self.start(py, move || {
-            Ok(Listener::Tcp(tokio::net::TcpListener::from_std(listener)?))
-        })
-    }
-
-    /// As `serve_tcp`, for a listening Unix socket bound at `path`.
-    fn serve_unix(&self, py: Python<'_>, fd: RawFd, path: String) -> PyResult<Py<NativeFuture>> {
-        let listener = std_unix_listener(fd)?;
-        self.start(py, move || {
-            Ok(Listener::Unix(
-                tokio::net::UnixListener::from_std(listener)?,
-                path,
-            ))
+            let all = taken
+                .into_iter()
+                .map(Taken::register)
+                .collect::<Result<_, _>>()?;
+            Ok(Listeners::new(all))
         })
     }
 
@@ -157,7 +166,7 @@ impl HttpServer {
     fn start(
         &self,
         py: Python<'_>,
-        make_listener: impl FnOnce() -> std::io::Result<Listener> + Send + 'static,
+        make_listeners: impl FnOnce() -> std::io::Result<Listeners> + Send + 'static,
     ) -> PyResult<Py<NativeFuture>> {
         let mut started = self.started.lock().unwrap();
         if *started {
@@ -172,9 +181,9 @@ impl HttpServer {
         let tls = self.tls.clone();
         let stop = self.server.state.stopping();
         self.server.bridge.handle.spawn(async move {
-            let outcome = match make_listener() {
-                Ok(listener) => {
-                    accept_loop(listener, server, tls, stop).await;
+            let outcome = match make_listeners() {
+                Ok(listeners) => {
+                    accept_loop(listeners, server, tls, stop).await;
                     Ok(())
                 }
                 Err(err) => Err(err),
@@ -182,6 +191,23 @@ impl HttpServer {
             stopped.resolve(outcome.map_err(|err| err.to_string()));
         });
         Ok(done)
+    }
+}
+
+/// A listening socket taken from Python, to be registered with tokio on its own thread.
+enum Taken {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener, String),
+}
+
+impl Taken {
+    fn register(self) -> std::io::Result<Listener> {
+        Ok(match self {
+            Taken::Tcp(tcp) => Listener::Tcp(tokio::net::TcpListener::from_std(tcp)?),
+            Taken::Unix(unix, path) => {
+                Listener::Unix(tokio::net::UnixListener::from_std(unix)?, path)
+            }
+        })
     }
 }
 

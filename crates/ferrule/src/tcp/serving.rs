@@ -22,7 +22,7 @@ use crate::http::{handle, Connection, IncomingBody, Recorder, Upgrader};
 use crate::ws;
 
 use super::finish_when::{Driven, FinishWhen};
-use super::listener::{accept, IoStream, Listener};
+use super::listener::{IoStream, Listeners};
 use super::proxy_protocol::read_header;
 use super::recording_io::RecordingIo;
 use super::woken_only::WokenOnly;
@@ -33,14 +33,15 @@ struct ConnectionSetup {
     http1: http1::Builder,
     http2: http2::Builder<TokioExecutor>,
     tls: Option<TlsAcceptor>,
-    /// `h3=":PORT"`, for every connection's responses when HTTP/3 is served beside TLS.
-    alt_svc: Option<http::HeaderValue>,
+    /// `h3=":PORT"`, for the responses of every connection to the socket HTTP/3 is served
+    /// beside (the first TCP one, at that index), when it is served beside TLS.
+    alt_svc: Option<(usize, http::HeaderValue)>,
 }
 
 /// Accepts connections until the server is asked to stop, then drains them: each finishes
 /// what it has in progress within the graceful timeout, or is cancelled and closed.
 pub(super) async fn accept_loop(
-    listener: Listener,
+    listeners: Listeners,
     server: Arc<Server>,
     tls: Option<TlsAcceptor>,
     mut stop: watch::Receiver<Stop>,
@@ -50,12 +51,12 @@ pub(super) async fn accept_loop(
     let (stopping, _) = watch::channel(false);
     let (abort_tx, abort_rx) = watch::channel(false);
     let tls_on = tls.is_some();
-    let alt_svc = match (&listener, tls_on && server.settings.http3) {
-        (Listener::Tcp(tcp), true) => tcp
-            .local_addr()
-            .ok()
-            .and_then(|addr| http::HeaderValue::try_from(format!("h3=\":{}\"", addr.port())).ok()),
-        _ => None,
+    let alt_svc = match tls_on && server.settings.http3 {
+        true => listeners.first_tcp_port().and_then(|(index, port)| {
+            let value = http::HeaderValue::try_from(format!("h3=\":{port}\"")).ok()?;
+            Some((index, value))
+        }),
+        false => None,
     };
     let setup = Arc::new(ConnectionSetup {
         http1: http1_builder(&server.settings),
@@ -74,7 +75,7 @@ pub(super) async fn accept_loop(
         })
     });
     let permits = Arc::new(Semaphore::new(server.settings.connection_limit));
-    let spawn_connection = |(stream, conn, permit): Accepted| {
+    let spawn_connection = |(stream, conn, permit, index): Accepted| {
         let open = OpenConnection::new(&server);
         let (server, setup, stopping) = (server.clone(), setup.clone(), stopping.subscribe());
         let served = async move {
@@ -82,8 +83,11 @@ pub(super) async fn accept_loop(
                 return;
             };
             let max_streams = server.settings.http2_max_concurrent_streams as usize;
-            let conn = Connection::new(conn, max_streams, Some(WEBSOCKETS))
-                .announcing(setup.alt_svc.clone());
+            let alt_svc = match &setup.alt_svc {
+                Some((h3_index, value)) if *h3_index == index => Some(value.clone()),
+                _ => None,
+            };
+            let conn = Connection::new(conn, max_streams, Some(WEBSOCKETS)).announcing(alt_svc);
             serve_connection(stream, Arc::new(conn), server, setup, stopping).await;
         };
         let mut abort = abort_rx.clone();
@@ -100,7 +104,7 @@ pub(super) async fn accept_loop(
         let accepted = tokio::select! {
             biased;
             _ = stop.wait_for(Option::is_some) => break,
-            accepted = accept_with_permit(&listener, &permits, tls_on) => accepted,
+            accepted = accept_with_permit(&listeners, &permits, tls_on) => accepted,
         };
         match accepted {
             Ok(accepted) => spawn_connection(accepted),
@@ -117,7 +121,7 @@ pub(super) async fn accept_loop(
         loop {
             let accepted = tokio::select! {
                 biased;
-                accepted = accept_with_permit(&listener, &permits, tls_on) => accepted,
+                accepted = accept_with_permit(&listeners, &permits, tls_on) => accepted,
                 () = tokio::time::sleep_until(grace_over) => break,
             };
             match accepted {
@@ -126,7 +130,7 @@ pub(super) async fn accept_loop(
             }
         }
     }
-    drop(listener);
+    drop(listeners);
     let mut ws_sessions = server.state.ws_sessions.subscribe();
     let drain = async {
         stopping.send_replace(true);
@@ -184,12 +188,13 @@ impl Drop for OpenConnection {
 /// notice a stop, and time enough for the kernel's backlog to be taken.
 const ACCEPT_GRACE: Duration = Duration::from_millis(100);
 
-/// A connection accepted, with its slot of the connection limit (`--max-connections`).
-type Accepted = (Box<dyn IoStream>, ConnInfo, OwnedSemaphorePermit);
+/// A connection accepted, with its slot of the connection limit (`--max-connections`) and the
+/// index of the socket it came to.
+type Accepted = (Box<dyn IoStream>, ConnInfo, OwnedSemaphorePermit, usize);
 
 /// Waits for a connection slot, then for a connection.
 async fn accept_with_permit(
-    listener: &Listener,
+    listeners: &Listeners,
     permits: &Arc<Semaphore>,
     tls: bool,
 ) -> std::io::Result<Accepted> {
@@ -198,9 +203,9 @@ async fn accept_with_permit(
         .acquire_owned()
         .await
         .expect("the semaphore is never closed");
-    let (stream, mut conn) = accept(listener).await?;
+    let ((stream, mut conn), index) = listeners.accept().await?;
     conn.tls = tls;
-    Ok((stream, conn, permit))
+    Ok((stream, conn, permit, index))
 }
 
 /// The connection past its PROXY protocol header (`--proxy-protocol`), its ends as the header
