@@ -35,6 +35,7 @@ from ferrule.interface import InterfaceError, wsgi_middleware
 from ferrule.lifespan import Lifespan, LifespanFailure
 from ferrule.message_log import MessageLogger
 from ferrule.metrics import Metrics, MetricsListenError, worker_region
+from ferrule.reloader import Reloader
 from ferrule.sockets import (
     bound_socket_file,
     close_all,
@@ -44,7 +45,7 @@ from ferrule.sockets import (
     remove_socket_file,
     unix_path,
 )
-from ferrule.supervisor import Reloader, Supervisor
+from ferrule.supervisor import Supervisor
 
 logger = logging.getLogger("ferrule.error")
 

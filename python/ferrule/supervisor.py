@@ -1,7 +1,5 @@
-"""The parent process of ``--workers N`` (``Supervisor``) and ``--reload`` (``Reloader``): it
-binds the sockets once, starts worker processes (``python -m ferrule.worker`` serving the
-inherited sockets with the parent's settings, each importing the app itself), watches them
-and stops them."""
+"""The parent process of ``--workers N`` (``Supervisor``): it binds the sockets once, starts
+worker processes (``ferrule.spawning``), watches them and stops them."""
 
 from __future__ import annotations
 
@@ -9,26 +7,16 @@ import logging
 import os
 import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from ferrule import systemd, upgrade
 from ferrule.config import STARTUP_FAILURE, Config
-from ferrule.handshake import REPLACE_ME, WORKER_ENV, worker_data
+from ferrule.handshake import REPLACE_ME
 from ferrule.metrics import SUPERVISOR_SLOTS, Metrics, MetricsListenError
 from ferrule.recycling import REASONS, Recycling
-from ferrule.sockets import (
-    bound_socket_file,
-    close_all,
-    describe,
-    listening_sockets,
-    remove_socket_file,
-)
-from ferrule.watch import WatchedFiles, changed_files
+from ferrule.sockets import close_all, describe, remove_socket_file
+from ferrule.spawning import parent_sockets, spawn_worker, stop_workers
 
 logger = logging.getLogger("ferrule.error")
 
@@ -506,144 +494,3 @@ class Supervisor:
 
     def _on_management_signal(self, signum: int, frame: Any) -> None:
         self.signals.append(signum)
-
-
-class Reloader:
-    """``--reload``: one worker process, as ``Supervisor`` starts them (it never watches), on a
-    socket this process binds once and keeps, so the port stays open across restarts. Every
-    ``reload_delay`` seconds the watched files' mtimes are compared with the last look; on a
-    change the worker is stopped gracefully and a new one started. A worker that fails (a
-    syntax error, an import error) is not restarted until the next change. No health check
-    (``--timeout-worker-healthcheck``), as in uvicorn: while developing, a loop stopped at a
-    ``breakpoint()`` is wanted, not a worker to replace."""
-
-    name = "StatReload"
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self.files = WatchedFiles(
-            config.reload_dirs or [os.getcwd()],
-            includes=config.reload_includes or [],
-            excludes=config.reload_excludes or [],
-        )
-        self.should_exit = threading.Event()
-
-    def run(self) -> int:
-        bound = parent_sockets(self.config)
-        if bound is None:
-            return STARTUP_FAILURE
-        socks, socket_file = bound
-        logger.info("Will watch for changes in these directories: %s", sorted(self.files.dirs))
-        logger.info("ferrule running on %s (Press CTRL+C to quit)", describe(socks, self.config))
-        logger.info("Started reloader process [%d] using %s", os.getpid(), self.name)
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, self._on_signal)
-        worker = self._reload_until_stopped(socks)
-        if worker is not None:
-            stop_workers(self.config, [worker])
-        close_all(socks)
-        remove_socket_file(self.config, socket_file)
-        logger.info("Stopping reloader process [%d]", os.getpid())
-        return 0
-
-    def _reload_until_stopped(self, socks: list[socket.socket]) -> subprocess.Popen[bytes] | None:
-        """Runs a worker, replaced on each change of the watched files, until a stop signal;
-        returns the worker still running then, if any."""
-        seen = self.files.snapshot()
-        worker: subprocess.Popen[bytes] | None = spawn_worker(self.config, socks)
-        # Event.wait, not sleep: a signal wakes it at once.
-        while not self.should_exit.wait(self.config.reload_delay):
-            if worker is not None and worker.poll() is not None:
-                worker = self._after_exit(worker, socks)
-            now = self.files.snapshot()
-            changes = changed_files(seen, now)
-            seen = now
-            if not changes:
-                continue
-            logger.warning(
-                "%s detected changes in %s. Reloading...", self.name, self.files.describe(changes)
-            )
-            if worker is not None:
-                stop_workers(self.config, [worker])
-            if self.should_exit.is_set():
-                return None
-            # Changes made while the old worker stopped are in the new one: not seen again.
-            seen = self.files.snapshot()
-            worker = spawn_worker(self.config, socks)
-        return worker
-
-    def _after_exit(
-        self, worker: subprocess.Popen[bytes], socks: list[socket.socket]
-    ) -> subprocess.Popen[bytes] | None:
-        """The worker in place of ``worker``, which exited: a new one if it stopped itself
-        (``--limit-max-requests``), else none until the next change of the files."""
-        if worker.returncode == 0:
-            logger.info("Worker [%d] finished; starting a new one", worker.pid)
-            return spawn_worker(self.config, socks)
-        logger.warning(
-            "Worker [%d] died (%s); waiting for file changes to start it again",
-            worker.pid,
-            worker.returncode,
-        )
-        return None
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self.should_exit.set()
-
-
-def parent_sockets(config: Config) -> tuple[list[socket.socket], tuple[int, int] | None] | None:
-    """The sockets a parent binds once for all its workers (inheritable), and the identity of
-    the Unix socket file it made, if any; None (the error logged) if they cannot be had."""
-    try:
-        socks = listening_sockets(config)
-    except OSError as exc:
-        logger.error("%s", exc)
-        return None
-    for sock in socks:
-        sock.set_inheritable(True)
-    return socks, bound_socket_file(config)
-
-
-def spawn_worker(
-    config: Config,
-    socks: list[socket.socket],
-    heartbeat_fd: int | None = None,
-    metrics_slot: tuple[int, int] | None = None,
-) -> subprocess.Popen[bytes]:
-    """A worker process (``python -m ferrule.worker``) serving the inherited ``socks`` with the
-    parent's settings; it imports the app itself, beats on ``heartbeat_fd`` when given, and
-    counts into slot ``metrics_slot[1]`` of the metrics region ``metrics_slot[0]``."""
-    sock_fds = [sock.fileno() for sock in socks]
-    fds = list(sock_fds)
-    if heartbeat_fd is not None:
-        fds.append(heartbeat_fd)
-    if metrics_slot is not None:
-        fds.append(metrics_slot[0])
-    # In the environment, not on the command line, which any user can read with ps (the key
-    # password is a setting); a process's environment is readable only by its owner.
-    data = worker_data(config, sock_fds, heartbeat_fd, metrics_slot)
-    env = {**os.environ, WORKER_ENV: data}
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "ferrule.worker"],
-        pass_fds=fds,
-        start_new_session=False,
-        env=env,
-    )
-    logger.info("Started worker process [%d]", worker.pid)
-    return worker
-
-
-def stop_workers(config: Config, workers: Iterable[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM to each running worker, then wait for all: the graceful-shutdown timeout (30 s
-    if none) and 5 s more, after which a worker still running is killed."""
-    workers = list(workers)
-    for worker in workers:
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + (config.timeout_graceful_shutdown or 30) + 5
-    for worker in workers:
-        try:
-            worker.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
