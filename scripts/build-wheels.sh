@@ -93,6 +93,8 @@ Options:
   --no-sdist-check    build the sdist but do not build and serve it from source
   --sdist-profile P   cargo profile of the build from the sdist (default release): dev proves
                       the sdist holds all it needs in a fraction of the time
+  --profile P         cargo profile of the wheels (default release, what a release uploads);
+                      ci-wheels proves a wheel packages, installs and serves in less time
   --check-only        build nothing: check the artefacts already in the output directory
   -h, --help          show this help
 
@@ -112,6 +114,7 @@ MAKE_SDIST=1
 USE_CHROOT=1
 SDIST_CHECK=1
 SDIST_PROFILE=release
+PROFILE=release
 BUILD=1
 JOBS=2
 while (($#)); do
@@ -128,6 +131,7 @@ while (($#)); do
         --no-chroot) USE_CHROOT=0; shift ;;
         --no-sdist-check) SDIST_CHECK=0; shift ;;
         --sdist-profile) (($# >= 2)) || die "--sdist-profile needs a profile"; SDIST_PROFILE="$2"; shift 2 ;;
+        --profile) (($# >= 2)) || die "--profile needs a profile"; PROFILE="$2"; shift 2 ;;
         --check-only) BUILD=0; shift ;;
         --jobs) (($# >= 2)) || die "--jobs needs a number"; JOBS="$2"; shift 2 ;;
         -h | --help) usage; exit 0 ;;
@@ -203,7 +207,7 @@ if ((BUILD)); then
         esac
         dir="$TARGET/$target-$job"
         [[ $target == manylinux-x86_64 ]] && dir="$TARGET/wheels-$job"
-        CARGO_TARGET_DIR="$dir" maturin build --release --strip --zig --target "${TRIPLE[$target]}" \
+        CARGO_TARGET_DIR="$dir" maturin build --profile "$PROFILE" --strip --zig --target "${TRIPLE[$target]}" \
             -i "python$v" "${args[@]}" --out "$OUT" 2>&1 | sed -u "s/^/[$target $v] /"
     }
     # Every (target, interpreter) pair is dealt out to JOBS queues, each building its share one

@@ -75,6 +75,10 @@ fi
 # emulation every install is slow, and no compiler is there to build one from source).
 TEST_DEPS=(pytest pytest-timeout pytest-xdist httpx h2 websockets uvloop cryptography
     prometheus-client anyio sniffio)
+# They are installed once into a venv kept in the chroot (named by this list), and each run
+# puts only the new wheel into it: under emulation pip takes a minute over them. That the
+# wheel installs alone into a fresh venv is check_wheel.py's to prove.
+DEPS_KEY=$(printf '%s\n' "${TEST_DEPS[@]}" | sha1sum | cut -c1-12)
 PACKAGES="python3-venv,ca-certificates,procps"
 case "$SUITE" in
     bookworm) PACKAGES="python3,$PACKAGES" ;;
@@ -160,12 +164,18 @@ for v in "${PYTHONS[@]}"; do
     status=0
     timeout --kill-after=30 "$TEST_TIMEOUT" chroot "$CHROOT" /usr/bin/env -i "${CHROOT_ENV[@]}" \
         /bin/bash -euo pipefail -c "
-            rm -rf /build/venv-$v
-            python$v -m venv /build/venv-$v
-            /build/venv-$v/bin/pip install -q /build/wheels/$wheel ${TEST_DEPS[*]}
+            venv=/opt/ferrule-smoke-$v-$DEPS_KEY
+            if [ ! -e \$venv/.complete ]; then
+                rm -rf /opt/ferrule-smoke-$v-*
+                python$v -m venv \$venv
+                \$venv/bin/pip install -q ${TEST_DEPS[*]}
+                touch \$venv/.complete
+            fi
+            \$venv/bin/pip uninstall -q -y ferrule 2>/dev/null || true
+            \$venv/bin/pip install -q /build/wheels/$wheel
             cd /build/src
             files=\$(grep -rlE 'pytest.mark.smoke|pytestmark = pytest.mark.smoke' tests --include='test_*.py')
-            exec /build/venv-$v/bin/python -m pytest -m smoke -q -p no:cacheprovider --timeout 600 \
+            exec \$venv/bin/python -m pytest -m smoke -q -p no:cacheprovider --timeout 600 \
                 -n 2 tests/bridge \$files" 2>&1 | tee "/tmp/ferrule-arm64-tests-py$v.log" || status=$?
     summary="$(grep -E '(passed|failed).* in [0-9.]+s' "/tmp/ferrule-arm64-tests-py$v.log" | tail -n 1)"
     if ((status == 0)); then

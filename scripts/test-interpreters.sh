@@ -45,6 +45,7 @@ Options:
                    scripts/build-wheels.sh leaves them) instead of building one in the chroot
   --no-tests       stop after checking each interpreter's wheel (scripts/check_wheel.py)
   --ignore PATH    leave this test directory or file out (repeatable; pytest's --ignore)
+  --smoke-only X.Y run only the smoke tests (pytest -m smoke) under this interpreter (repeatable)
   --prepare        only set up the chroot (if need be) and exit
   --verbose        also stream setup/build output (always in the logs)
   --shell          set up the chroot, copy the source, then open a shell in it (no tests)
@@ -79,6 +80,7 @@ COMMITTED=0
 WHEEL_DIR=""
 NO_TESTS=0
 IGNORE=()
+SMOKE_ONLY=" "
 PREPARE=0
 
 while (($#)); do
@@ -92,6 +94,7 @@ while (($#)); do
         --wheels) (($# >= 2)) || die "--wheels needs a directory"; WHEEL_DIR="$2"; shift 2 ;;
         --no-tests) NO_TESTS=1; shift ;;
         --ignore) (($# >= 2)) || die "--ignore needs a path"; IGNORE+=("--ignore=$2"); shift 2 ;;
+        --smoke-only) (($# >= 2)) || die "--smoke-only needs a version"; SMOKE_ONLY+="$2 "; shift 2 ;;
         --prepare) PREPARE=1; shift ;;
         --verbose) VERBOSE=1; shift ;;
         --shell) SHELL_ONLY=1; shift ;;
@@ -365,11 +368,13 @@ for v in "${PYTHONS[@]}"; do
         continue
     fi
 
-    note "py$v: pytest (log: $test_log)"
+    marker=""
+    [[ $SMOKE_ONLY == *" $v "* ]] && marker="-m smoke"
+    note "py$v: pytest ${marker:+($marker) }(log: $test_log)"
     start=$SECONDS
     status=0
     timeout --kill-after=30 "$TEST_TIMEOUT" chroot "$CHROOT" /usr/bin/env -i "${CHROOT_ENV[@]}" \
-        /bin/bash -c "cd $C_SRC && exec $venv/bin/python -m pytest tests -q -p no:cacheprovider ${IGNORE[*]} \
+        /bin/bash -c "cd $C_SRC && exec $venv/bin/python -m pytest tests -q -p no:cacheprovider ${IGNORE[*]} $marker \
             --junitxml=/build/junit-py$v.xml" 2>&1 | tee "$test_log" || status=$?
     elapsed=$((SECONDS - start))
     cp "$CHROOT/build/junit-py$v.xml" "$LOG_DIR/junit-py$v.xml" 2>/dev/null || true
