@@ -73,6 +73,8 @@ Options:
   --rebuild        delete and recreate the chroot first
   --setup-only     build the chroot (if needed) and stop
   --report-only    write DIR/autobahn.md from the results already in --out DIR
+  --gate           exit 1 if a ferrule server FAILED a case (its behaviour or its close), or
+                   ran none: what CI runs
   -h, --help       show this help
 
 Environment:
@@ -104,6 +106,7 @@ RUN_TIMEOUT=7200
 REBUILD=0
 SETUP_ONLY=0
 REPORT_ONLY=0
+GATE=0
 MAX_SIZE=67108864
 
 while (($#)); do
@@ -117,6 +120,7 @@ while (($#)); do
         --rebuild) REBUILD=1; shift ;;
         --setup-only) SETUP_ONLY=1; shift ;;
         --report-only) REPORT_ONLY=1; shift ;;
+        --gate) GATE=1; shift ;;
         -h | --help) usage; exit 0 ;;
         *) usage >&2; die "unknown argument: $1" ;;
     esac
@@ -473,3 +477,6 @@ printf '  %-52s %8s\n' "total" "$(fmt_secs $((SECONDS - TOTAL_START)))"
 echo "==== autobahn: summary ===="
 "$PY" "$REPO/scripts/autobahn_report.py" --summary "$OUT"
 echo "report: $OUT/autobahn.md"
+if ((GATE)); then
+    "$PY" "$REPO/scripts/autobahn_report.py" --gate "$OUT"
+fi

@@ -3,7 +3,8 @@
 Reads the OUT/NAME/reports/**/index.json of each server NAME the script ran (and the per-case
 JSON files next to them for details), plus what the script left beside them (versions.txt,
 NAME/command.txt, NAME/status.txt), and writes the report to stdout. With --summary, only the
-count per server, as plain text.
+count per server, as plain text. With --gate, the cases a ferrule server FAILED (its behaviour
+or its close), and exit status 1 if there is one or no ferrule case ran at all.
 """
 
 from __future__ import annotations
@@ -190,15 +191,34 @@ def section9(out: Path, servers: dict[str, dict[str, dict]]) -> str:
     return table(["case", "what", *servers], rows)
 
 
+def gate(servers: dict[str, dict[str, dict]]) -> int:
+    """Prints each case a ferrule server FAILED; 1 if any, or if no ferrule case ran."""
+    ran = failed = 0
+    for server, cases in servers.items():
+        if not server.startswith("ferrule"):
+            continue
+        for case_id in sorted(cases, key=case_key):
+            entry = cases[case_id]
+            ran += 1
+            if "FAILED" in (entry.get("behavior"), entry.get("behaviorClose")):
+                failed += 1
+                print(f"{server} {case_id}: {cell(entry)}")
+    print(f"autobahn gate: {ran} ferrule cases, {failed} FAILED")
+    return 1 if failed or not ran else 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out", type=Path, help="scripts/autobahn.sh's --out directory")
     parser.add_argument("--summary", action="store_true", help="only the count per server")
+    parser.add_argument("--gate", action="store_true", help="fail on a case ferrule FAILED")
     args = parser.parse_args()
     out: Path = args.out
     servers = load(out)
     if not servers:
         raise SystemExit(f"no reports/index.json under {out}")
+    if args.gate:
+        raise SystemExit(gate(servers))
     if args.summary:
         rows = [SUMMARY_HEADER] + summary_rows(out, servers)
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
