@@ -5,6 +5,7 @@
 //! - `request`: one request, from the checks before the app to the app's coroutine;
 //! - `streams`: `OpenStreams`, the requests (HTTP/2 streams) in progress on a connection;
 //! - `heads`: the raw request heads, recorded as hyper reads them (header order, framing);
+//! - `host`: whether a `Host` value is one RFC 9112 lets a server serve;
 //! - `exchange`: `Exchange`, what hyper's side and the app's side share for one request;
 //! - `callables`: the ASGI `receive` / `send` callables (`HttpReceive`, `HttpSend`);
 //! - `incoming`: `IncomingBody`, a request body from hyper or from an HTTP/3 stream;
@@ -31,6 +32,7 @@ mod encoded_body;
 mod exchange;
 mod file_body;
 mod heads;
+mod host;
 mod incoming;
 mod request;
 mod static_files;

@@ -31,6 +31,7 @@ use super::callables::{HttpReceive, HttpSend};
 use super::compression::compress;
 use super::connection::Connection;
 use super::exchange::{Exchange, RequestHead};
+use super::host::valid_host;
 use super::incoming::IncomingBody;
 use super::static_files::serve_static;
 use super::streams::OpenStream;
@@ -399,12 +400,18 @@ fn refusal(
     websockets: bool,
     settings: &Settings,
 ) -> Option<StatusCode> {
-    // One pass over the lines for their size and the Host count: a lookup would hash.
+    // One pass over the lines for their size and the Host lines: a lookup would hash.
     let headers = request.headers();
-    let (mut head_bytes, mut hosts) = (0, 0);
+    let (mut head_bytes, mut hosts, mut hosts_valid) = (0, 0, true);
     for (name, value) in headers {
         head_bytes += name.as_str().len() + value.len() + 4;
-        hosts += usize::from(name == http::header::HOST);
+        if name == http::header::HOST {
+            hosts += 1;
+            hosts_valid &= valid_host(value.as_bytes());
+        }
+    }
+    if !hosts_valid {
+        return Some(StatusCode::BAD_REQUEST);
     }
     if let Some(status) = unservable(request, hosts, websockets) {
         return Some(status);
@@ -431,8 +438,9 @@ fn refusal(
 ///   is HTTP/2's extended CONNECT for a WebSocket (RFC 8441) and WebSockets are on;
 /// - a request-target other than a path (or `*` for OPTIONS), such as `GET example.com:80`,
 ///   would reach the app with an empty path: 400 (RFC 9112 3.2);
-/// - a request with two Host lines: 400 (RFC 9112 3.2), a host-confusion vector, a proxy
-///   routing on one and the app reading the other. An HTTP/1.1 request with none is served, as
+/// - a request with two Host lines, or (checked before this) a Host value that is not
+///   `uri-host [":" port]`: 400 (RFC 9112 3.2), a host-confusion vector, a proxy routing on one
+///   and the app reading the other. An HTTP/1.1 request with none is served, as
 ///   uvicorn's default parser (httptools) serves it: RFC 9112 says refuse it, but clients that
 ///   omit it exist (a wrk script formatting requests before wrk knows the host) and work with
 ///   uvicorn.
