@@ -319,11 +319,6 @@ GAPS: dict[str, str] = {
         "only two or more Host lines, and serves an HTTP/1.1 request without Host on purpose, "
         "as uvicorn's httptools parser does; hyper does not check Host"
     ),
-    "absolute-form-host-overrides": (
-        "Served with the client's Host ('other.example') in the scope's headers, not the "
-        "target's authority: ferrule's build_scope (crates/ferrule/src/asgi/scope.rs) copies "
-        "the raw header lines and uses the URI's authority only for HTTP/2 and HTTP/3"
-    ),
     "te-unknown-coding-before-chunked": (
         "SHOULD only. Answered 400, not 501: ferrule's framing check (Framing::ambiguous in "
         "crates/ferrule/src/http/heads.rs) refuses any Transfer-Encoding but exactly 'chunked' "

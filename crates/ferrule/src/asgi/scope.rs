@@ -110,20 +110,25 @@ pub fn build_scope<'py>(
     scope.set_item(intern!(py, "query_string"), PyBytes::new(py, query))?;
     let mut lines: Vec<(&[u8], &[u8])> = Vec::with_capacity(parts.headers.len() + 1);
     let authority_version = matches!(parts.version, Version::HTTP_2 | Version::HTTP_3);
-    if authority_version && !parts.headers.contains_key(http::header::HOST) {
-        // HTTP/2 and HTTP/3 carry the host as `:authority`; frameworks look for a `host` header.
-        if let Some(authority) = parts.uri.authority() {
-            lines.push((b"host", authority.as_str().as_bytes()));
-        }
+    // An HTTP/1.x request-target in absolute form names the host, and its Host line is
+    // ignored (RFC 9112 3.2.2); HTTP/2 and HTTP/3 carry the host as `:authority`. Either way
+    // frameworks look for a `host` header.
+    let absolute_form = !authority_version && parts.uri.authority().is_some();
+    let from_authority =
+        absolute_form || authority_version && !parts.headers.contains_key(http::header::HOST);
+    if let Some(authority) = parts.uri.authority().filter(|_| from_authority) {
+        lines.push((b"host", authority.as_str().as_bytes()));
     }
+    let kept = |(name, _): &(&[u8], &[u8])| !(absolute_form && name.eq_ignore_ascii_case(b"host"));
     match raw_head {
         // In the client's order (hyper's map groups lines by name).
-        Some(head) => lines.extend(head.headers()),
+        Some(head) => lines.extend(head.headers().filter(kept)),
         None => lines.extend(
             parts
                 .headers
                 .iter()
-                .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes())),
+                .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()))
+                .filter(kept),
         ),
     }
     // Straight into a list of its final length: each pair becomes a tuple as it goes in.
