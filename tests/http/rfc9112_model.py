@@ -303,12 +303,6 @@ GAPS: dict[str, str] = {
         "SHOULD only. Answered 'HTTP/1.0 200 OK': hyper's Conn::enforce_version sets the "
         "response version to HTTP/1.0 whenever the request was HTTP/1.0"
     ),
-    "request-line-over-limit": (
-        "Served (200) a 12 KB request line past the 8 KiB limit ferrule documents for the "
-        "request line and headers ('414 for a long request line'): ferrule's refusal() counts "
-        "only the header lines against --h11-max-incomplete-event-size, hyper's buffer is twice "
-        "the limit, and hyper's own URI limit is 65534 bytes"
-    ),
     "request-line-over-buffer": (
         "Answered 431 Request Header Fields Too Large instead of 414 to a 24 KB request line: "
         "it fills hyper's read buffer (2 x the limit, set by ferrule) before its CRLF arrives, "

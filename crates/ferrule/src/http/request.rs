@@ -416,7 +416,15 @@ fn refusal(
     if let Some(status) = unservable(request, hosts, websockets) {
         return Some(status);
     }
-    if head_bytes > settings.max_head_size {
+    // The request line counts against the same limit; past it alone, the target is too long.
+    let target = request
+        .uri()
+        .path_and_query()
+        .map_or(0, |target| target.as_str().len());
+    if target > settings.max_head_size {
+        return Some(StatusCode::URI_TOO_LONG);
+    }
+    if head_bytes + target > settings.max_head_size {
         return Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
     }
     if !recorded && ambiguous_framing(headers) {
