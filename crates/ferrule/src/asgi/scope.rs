@@ -141,11 +141,25 @@ pub fn build_scope<'py>(
     let extensions = PyDict::new(py);
     extensions.set_item(intern!(py, "http.response.pathsend"), PyDict::new(py))?;
     extensions.set_item(intern!(py, "http.response.trailers"), PyDict::new(py))?;
+    add_tls_extension(py, &extensions, conn)?;
     scope.set_item(intern!(py, "extensions"), extensions)?;
     if let Some(state) = &template.lifespan_state {
         scope.set_item(intern!(py, "state"), state.bind(py).copy()?)?;
     }
     Ok(scope)
+}
+
+/// `extensions["tls"]` on a TLS connection: the connection's one dict (absent, as the
+/// extension's spec requires, on a plain connection).
+pub fn add_tls_extension(
+    py: Python<'_>,
+    extensions: &Bound<'_, PyDict>,
+    conn: &ConnInfo,
+) -> PyResult<()> {
+    if let Some(tls) = &conn.tls_scope {
+        extensions.set_item(intern!(py, "tls"), tls.python(py)?)?;
+    }
+    Ok(())
 }
 
 /// `http_version` as the scope gives it, one shared string per version.
