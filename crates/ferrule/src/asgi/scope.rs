@@ -70,13 +70,15 @@ impl ScopeTemplate {
     }
 }
 
+/// The scope of the request `parts`; `early_hints` says whether its client can be sent 103s
+/// (the `http.response.early_hint` extension).
 pub fn build_scope<'py>(
     py: Python<'py>,
-    parts: &Parts,
-    raw_head: Option<&RawHead>,
+    (parts, raw_head): (&Parts, Option<&RawHead>),
     conn: &ConnInfo,
     forwarded: &Forwarded,
     template: &ScopeTemplate,
+    early_hints: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let scope = template.scope.bind(py).copy()?;
     scope.set_item(intern!(py, "asgi"), template.asgi.bind(py).copy()?)?;
@@ -141,6 +143,9 @@ pub fn build_scope<'py>(
     let extensions = PyDict::new(py);
     extensions.set_item(intern!(py, "http.response.pathsend"), PyDict::new(py))?;
     extensions.set_item(intern!(py, "http.response.trailers"), PyDict::new(py))?;
+    if early_hints {
+        extensions.set_item(intern!(py, "http.response.early_hint"), PyDict::new(py))?;
+    }
     add_tls_extension(py, &extensions, conn)?;
     scope.set_item(intern!(py, "extensions"), extensions)?;
     if let Some(state) = &template.lifespan_state {

@@ -18,7 +18,7 @@ use crate::asgi::logging::log_line;
 use crate::asgi::server::Server;
 use crate::asgi::settings::{HttpVersions, ProxyProtocol, Settings};
 use crate::asgi::tls_scope::TlsScope;
-use crate::http::{handle, Connection, IncomingBody, Recorder, Upgrader};
+use crate::http::{handle, Connection, IncomingBody, InterimQueue, Recorder, Upgrader};
 use crate::ws;
 
 use super::finish_when::{Driven, FinishWhen};
@@ -84,7 +84,8 @@ pub(super) async fn accept_loop(
             };
             let max_streams = server.settings.http2_max_concurrent_streams as usize;
             let conn = Connection::new(conn, max_streams, Some(WEBSOCKETS))
-                .announcing(setup.alt_svc.clone());
+                .announcing(setup.alt_svc.clone())
+                .with_interim(Arc::new(InterimQueue::default()));
             serve_connection(stream, conn, server, setup, stopping).await;
         };
         let mut abort = abort_rx.clone();
@@ -389,7 +390,7 @@ fn recording(
     if !settings.http.h2 {
         recorder = recorder.refusing_http2();
     }
-    RecordingIo::new(stream, recorder)
+    RecordingIo::new(stream, recorder).with_interim(conn.interim.clone())
 }
 
 /// Whether the client speaks HTTP/2: by its first bytes when both versions are on; None if

@@ -243,11 +243,11 @@ fn websocket_scope<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let scope = build_scope(
         py,
-        parts,
-        raw_head,
+        (parts, raw_head),
         conn,
         forwarded,
         &handles.scope_template,
+        false,
     )?;
     scope.set_item(intern!(py, "type"), intern!(py, "websocket"))?;
     scope.del_item(intern!(py, "method"))?;
