@@ -14,12 +14,15 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from urllib.parse import quote
 
+import hpack
 import pytest
 from certs import Certs
 from h1raw import RawConnection, request_bytes
+from h2raw import DATA, END_STREAM, HEADERS, H2Raw, Received, get
 from h3client import h3_connection
 from serverutil import ServerProcess, running_server
 
@@ -124,6 +127,55 @@ def test_malformed_hint_raises_into_the_app(server: ServerProcess) -> None:
         response = conn.read_response()
     assert response.status == 500
     server.wait_for_output(r"TypeError: http\.response\.early_hint 'links' must hold bytes")
+
+
+def h2_responses(conn: H2Raw, streams: set[int]) -> list[tuple[int, str, list[tuple[str, str]]]]:
+    """Reads until each of ``streams`` has ended; every HEADERS block in order, as (stream,
+    ``:status``, the other fields)."""
+    deadline = time.monotonic() + TIMEOUT
+    data = b""
+    while time.monotonic() < deadline:
+        received = Received(data, False)
+        ended = {
+            f.stream for f in received.frames if f.kind in (DATA, HEADERS) and f.flags & END_STREAM
+        }
+        if streams <= ended:
+            break
+        conn.sock.settimeout(max(0.01, deadline - time.monotonic()))
+        chunk = conn.sock.recv(65536)
+        assert chunk, f"closed early: {received.describe()}"
+        data += chunk
+    decoder = hpack.Decoder()
+    blocks = []
+    for f in Received(data, False).frames:
+        if f.kind == HEADERS:
+            fields = decoder.decode(f.payload)
+            status = dict(fields)[":status"]
+            blocks.append((f.stream, status, [(n, v) for n, v in fields if n != ":status"]))
+    return blocks
+
+
+def test_http2_103_frames(server: ServerProcess) -> None:
+    """Rule: over HTTP/2 (h2c, raw frames) the hint is a HEADERS frame with ``:status`` 103,
+    one ``link`` field per link and no END_STREAM, on the request's stream before its final
+    HEADERS; two streams at once each get their own, and the hint after the final head is
+    ignored. Broken: no 103 frame (hyper offers no way; the vendored h2 puts a sender in the
+    request), the 103 after the 200, or on the wrong stream."""
+    with H2Raw(server) as conn:
+        conn.send(
+            get(1, "/hints?links=" + quote("</a.css>,</b.js>"))
+            + get(3, "/hints-after-start?links=%3C/c%3E")
+            + get(5, "/hints-late")
+        )
+        blocks = h2_responses(conn, {1, 3, 5})
+    by_stream: dict[int, list[tuple[str, list[tuple[str, str]]]]] = {}
+    for stream, status, fields in blocks:
+        by_stream.setdefault(stream, []).append((status, fields))
+    assert [s for s, _ in by_stream[1]] == ["103", "200"], by_stream
+    assert by_stream[1][0][1] == [("link", "</a.css>"), ("link", "</b.js>")]
+    assert [s for s, _ in by_stream[3]] == ["103", "200"], by_stream
+    assert by_stream[3][0][1] == [("link", "</c>")]
+    assert [s for s, _ in by_stream[5]] == ["200"], by_stream
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")

@@ -14,7 +14,7 @@ use http_body_util::BodyExt;
 use tokio::sync::mpsc;
 
 use crate::asgi::server::Server;
-use crate::http::{handle, BoxError, Connection, EarlyHints, IncomingBody};
+use crate::http::{early_hints_response, handle, BoxError, Connection, EarlyHints, IncomingBody};
 
 type QuicConnection = h3_quinn::Connection;
 type RecvStream = RequestStream<h3_quinn::RecvStream, Bytes>;
@@ -59,7 +59,7 @@ pub(super) async fn serve_request(
         tokio::select! {
             biased;
             Some(links) = hints.recv() => {
-                if send.send_response(early_hints(links)).await.is_err() {
+                if send.send_response(early_hints_response(links)).await.is_err() {
                     return;
                 }
             }
@@ -68,7 +68,11 @@ pub(super) async fn serve_request(
     };
     // Sent before the head (`HttpSend::early_hint`), so here already if at all.
     while let Ok(links) = hints.try_recv() {
-        if send.send_response(early_hints(links)).await.is_err() {
+        if send
+            .send_response(early_hints_response(links))
+            .await
+            .is_err()
+        {
             return;
         }
     }
@@ -122,16 +126,6 @@ pub(super) async fn serve_request(
         }
     }
     let _ = send.finish().await;
-}
-
-/// A 103 (Early Hints) with a `link` field per link.
-fn early_hints(links: Vec<HeaderValue>) -> Response<()> {
-    let mut response = Response::new(());
-    *response.status_mut() = StatusCode::EARLY_HINTS;
-    for link in links {
-        response.headers_mut().append(http::header::LINK, link);
-    }
-    response
 }
 
 /// Whether a field value starts or ends with SP or HTAB: RFC 9110 5.5 leaves that whitespace

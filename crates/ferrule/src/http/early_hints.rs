@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use http::HeaderValue;
+use http::{HeaderValue, Response, StatusCode};
 use tokio::sync::mpsc;
 
 use super::interim::InterimQueue;
@@ -14,6 +14,9 @@ use super::interim::InterimQueue;
 pub enum EarlyHints {
     /// HTTP/1.1: bytes written on the socket beside hyper.
     Http1(Arc<InterimQueue>),
+    /// HTTP/2: a HEADERS frame queued on the stream by h2 (the vendored h2's sender, which it
+    /// puts in each request).
+    Http2(h2::server::InformationalSender),
     /// HTTP/3: the links, for the stream's task to send as a 103 HEADERS frame.
     Http3(mpsc::UnboundedSender<Vec<HeaderValue>>),
 }
@@ -26,9 +29,18 @@ impl EarlyHints {
         }
         match self {
             EarlyHints::Http1(queue) => queue.push_early_hints(&links),
+            // An error is the stream ended or answered: nothing left to hint.
+            EarlyHints::Http2(sender) => drop(sender.send(response(links))),
             // The stream's task gone, the response is too: nothing to hint.
             EarlyHints::Http3(tx) => drop(tx.send(links)),
         }
+    }
+
+    /// The HTTP/2 sender h2 put in the request, if it is one of its.
+    pub(crate) fn of_http2(extensions: &mut http::Extensions) -> Option<Self> {
+        extensions
+            .remove::<h2::server::InformationalSender>()
+            .map(EarlyHints::Http2)
     }
 
     /// Waits until the hints sent so far are on their way before the final head (over
@@ -38,4 +50,15 @@ impl EarlyHints {
             queue.written().await;
         }
     }
+}
+
+/// A 103 (Early Hints) with a `link` field per link.
+pub(crate) fn response(links: Vec<HeaderValue>) -> Response<()> {
+    let mut response = Response::new(());
+    *response.status_mut() = StatusCode::EARLY_HINTS;
+    let headers = response.headers_mut();
+    for link in links {
+        headers.append(http::header::LINK, link);
+    }
+    response
 }

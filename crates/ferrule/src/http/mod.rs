@@ -44,7 +44,7 @@ mod upgrade;
 // What the transports use: the request path, a connection, the bodies, the head recorder.
 pub(crate) use self::body::ResponseBody;
 pub(crate) use self::connection::Connection;
-pub(crate) use self::early_hints::EarlyHints;
+pub(crate) use self::early_hints::{response as early_hints_response, EarlyHints};
 #[cfg(test)]
 pub(crate) use self::heads::HeadLog;
 pub(crate) use self::heads::{Recorder, HTTP2_PREFACE};

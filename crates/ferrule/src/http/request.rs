@@ -388,6 +388,7 @@ fn early_hints(parts: &mut http::request::Parts, conn: &Connection) -> Option<Ea
     match parts.version {
         http::Version::HTTP_11 => conn.interim.clone().map(EarlyHints::Http1),
         http::Version::HTTP_09 | http::Version::HTTP_10 => None,
+        http::Version::HTTP_2 => EarlyHints::of_http2(&mut parts.extensions),
         _ => parts.extensions.remove::<EarlyHints>(),
     }
 }
