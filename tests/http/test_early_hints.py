@@ -179,16 +179,26 @@ def test_http2_103_frames(server: ServerProcess) -> None:
 
 
 @pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
-def test_curl_sees_103(server: ServerProcess) -> None:
-    """Rule: ``curl -v`` shows the 103 and its link before the 200. Broken: as for the raw
-    socket, seen by another client's parser."""
-    command = ["curl", "-sv", "--max-time", str(TIMEOUT), f"{server.base_url}/hints"]
+@pytest.mark.parametrize(
+    ("version", "early_line", "final_line"),
+    [
+        ("--http1.1", "< HTTP/1.1 103 Early Hints", "< HTTP/1.1 200 OK"),
+        ("--http2-prior-knowledge", "< HTTP/2 103", "< HTTP/2 200"),
+    ],
+)
+def test_curl_sees_103(
+    server: ServerProcess, version: str, early_line: str, final_line: str
+) -> None:
+    """Rule: ``curl -v`` shows the 103 and its link before the 200, over HTTP/1.1 and h2c.
+    Broken: as for the raw socket and frames, seen by another client's parser."""
+    url = f"{server.base_url}/hints"
+    command = ["curl", "-sv", version, "--max-time", str(TIMEOUT), url]
     done = subprocess.run(command, capture_output=True, timeout=TIMEOUT + 2, check=False)
     assert done.returncode == 0, done.stderr.decode()
     trace = done.stderr.decode()
-    early = trace.find("< HTTP/1.1 103 Early Hints")
+    early = trace.find(early_line)
     link = trace.find(f"< link: {STYLE}")
-    final = trace.find("< HTTP/1.1 200 OK")
+    final = trace.find(final_line)
     assert 0 <= early < link < final, trace
     assert done.stdout == b"hinted"
 
