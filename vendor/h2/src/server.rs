@@ -290,7 +290,7 @@ pub struct SendResponse<B: Buf> {
 /// the `SendResponse` it hands over, since the two may be far apart (hyper keeps the latter).
 #[derive(Clone)]
 pub struct InformationalSender {
-    inner: proto::OpaqueStreamRef,
+    inner: proto::StreamHandle,
 }
 
 impl InformationalSender {
@@ -471,7 +471,7 @@ where
 
             let mut request = Request::from_parts(head, body);
             request.extensions_mut().insert(InformationalSender {
-                inner: inner.clone_to_opaque(),
+                inner: inner.handle(),
             });
             let respond = SendResponse { inner };
 

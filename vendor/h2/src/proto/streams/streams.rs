@@ -474,7 +474,7 @@ impl Inner {
         }))
     }
 
-    /// Queues the informational HEADERS `OpaqueStreamRef::send_informational` left, each on its
+    /// Queues the informational HEADERS `StreamHandle::send_informational` left, each on its
     /// stream, unless the stream has gone or ended meanwhile.
     fn queue_interim<B>(&mut self, send_buffer: &mut Buffer<Frame<B>>) {
         while let Some(frame) = self.interim.pop_front() {
@@ -1487,6 +1487,14 @@ impl<B> StreamRef<B> {
         self.opaque.clone()
     }
 
+    /// A handle that sends the stream's informational responses and does not keep it.
+    pub fn handle(&self) -> StreamHandle {
+        StreamHandle {
+            inner: self.opaque.inner.clone(),
+            id: self.opaque.key.stream_id(),
+        }
+    }
+
     pub fn stream_id(&self) -> StreamId {
         self.opaque.stream_id()
     }
@@ -1662,15 +1670,30 @@ impl fmt::Debug for OpaqueStreamRef {
     }
 }
 
-impl OpaqueStreamRef {
-    /// Sends an informational (1xx) HEADERS frame ahead of the stream's final response, from a
-    /// handle without the stream's send buffer: it is queued here and moved to the stream's
-    /// queue by the connection. An error once the final response has been sent, or the stream
-    /// has ended.
+/// A stream's id and its connection's shared state, which does not keep the stream (it holds no
+/// reference count, so the stream is released and reset as if it did not exist): for sending
+/// informational responses from wherever a request went (`server::InformationalSender`).
+#[derive(Clone)]
+pub(crate) struct StreamHandle {
+    inner: Arc<Mutex<Inner>>,
+    id: StreamId,
+}
+
+impl StreamHandle {
+    pub(crate) fn stream_id(&self) -> StreamId {
+        self.id
+    }
+
+    /// Sends an informational (1xx) HEADERS frame ahead of the stream's final response,
+    /// without the stream's send buffer: it is queued here and moved to the stream's queue by
+    /// the connection. An error once the final response has been sent, or the stream has
+    /// ended or gone.
     pub(crate) fn send_informational(&self, frame: frame::Headers) -> Result<(), UserError> {
         let mut me = self.inner.lock().unwrap();
         let me = &mut *me;
-        let stream = me.store.resolve(self.key);
+        let Some(stream) = me.store.find_mut(&self.id) else {
+            return Err(UserError::InactiveStreamId);
+        };
         if stream.state.is_reset()
             || stream.state.is_send_closed()
             || stream.state.is_send_streaming()
