@@ -37,6 +37,8 @@ class Response:
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     body: bytearray = field(default_factory=bytearray)
     trailers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    #: The informational (1xx) responses before the final one: status and fields of each.
+    informational: list[tuple[int, list[tuple[bytes, bytes]]]] = field(default_factory=list)
 
     def header(self, name: bytes) -> bytes | None:
         return next((value for key, value in self.headers if key == name), None)
@@ -84,6 +86,9 @@ class H3Client(QuicConnectionProtocol):
                         response.status = int(value)
                     else:
                         response.headers.append((name, value))
+                if 100 <= response.status < 200:
+                    response.informational.append((response.status, response.headers))
+                    response.status, response.headers = 0, []
             else:
                 response.trailers.extend(event.headers)
         else:

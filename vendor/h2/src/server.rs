@@ -285,6 +285,35 @@ pub struct SendResponse<B: Buf> {
     inner: proto::StreamRef<B>,
 }
 
+/// Sends informational (1xx) responses on a request's stream ahead of its final response,
+/// from wherever the request went: a server puts one in each request's extensions, beside
+/// the `SendResponse` it hands over, since the two may be far apart (hyper keeps the latter).
+#[derive(Clone)]
+pub struct InformationalSender {
+    inner: proto::StreamHandle,
+}
+
+impl InformationalSender {
+    /// Sends `response`, which must have a 1xx status, before the final response. An error
+    /// if the final response has been sent or the stream has ended; a frame queued while the
+    /// stream ends is dropped.
+    pub fn send(&self, response: Response<()>) -> Result<(), crate::Error> {
+        if !response.status().is_informational() {
+            return Err(UserError::InvalidInformationalStatusCode.into());
+        }
+        let frame = Peer::convert_send_message(self.inner.stream_id(), response, false);
+        self.inner.send_informational(frame).map_err(Into::into)
+    }
+}
+
+impl fmt::Debug for InformationalSender {
+    fn fmt(&self, fmt: &mut fmt::Formatter) -> fmt::Result {
+        fmt.debug_struct("InformationalSender")
+            .field("stream_id", &self.inner.stream_id())
+            .finish()
+    }
+}
+
 /// Send a response to a promised request
 ///
 /// A `SendPushedResponse` instance is provided when promising a request and is used
@@ -440,7 +469,10 @@ where
             let (head, _) = inner.take_request().into_parts();
             let body = RecvStream::new(FlowControl::new(inner.clone_to_opaque()));
 
-            let request = Request::from_parts(head, body);
+            let mut request = Request::from_parts(head, body);
+            request.extensions_mut().insert(InformationalSender {
+                inner: inner.handle(),
+            });
             let respond = SendResponse { inner };
 
             return Poll::Ready(Some(Ok((request, respond))));

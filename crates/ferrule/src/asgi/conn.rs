@@ -7,6 +7,7 @@ use pyo3::types::PyTuple;
 
 use super::proxy::Forwarded;
 use super::settings::Settings;
+use super::tls_scope::TlsScope;
 
 /// The two ends of one connection, as the scope's `client` and `server` want them.
 pub struct ConnInfo {
@@ -14,6 +15,8 @@ pub struct ConnInfo {
     pub server: (String, Option<u16>),
     /// Whether the connection is TLS (scheme "https").
     pub tls: bool,
+    /// The TLS extension of the scope, once the handshake is done (none on a plain connection).
+    pub tls_scope: Option<Box<TlsScope>>,
     /// The tuples above as Python objects, made on the connection's first request.
     python: OnceLock<(Py<PyAny>, Py<PyAny>)>,
 }
@@ -24,6 +27,7 @@ impl ConnInfo {
             client,
             server,
             tls: false,
+            tls_scope: None,
             python: OnceLock::new(),
         }
     }

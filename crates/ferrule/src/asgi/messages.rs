@@ -103,6 +103,30 @@ pub(crate) fn parse_headers_into(
     Ok(headers)
 }
 
+/// The links of an `http.response.early_hint` message: an iterable of `bytes`, each a
+/// `link` field's value.
+pub(crate) fn parse_links(
+    py: Python<'_>,
+    message: &Bound<'_, PyAny>,
+) -> PyResult<Vec<HeaderValue>> {
+    let items = required_field(message, intern!(py, "links"))?;
+    let mut links = Vec::new();
+    for item in items.try_iter()? {
+        let item = item?;
+        let link = item.cast::<PyBytes>().map_err(|_| {
+            PyTypeError::new_err("http.response.early_hint 'links' must hold bytes")
+        })?;
+        let link = HeaderValue::from_bytes(link.as_bytes().trim_ascii()).map_err(|_| {
+            PyValueError::new_err(format!(
+                "invalid link in http.response.early_hint: {:?}",
+                String::from_utf8_lossy(link.as_bytes())
+            ))
+        })?;
+        links.push(link);
+    }
+    Ok(links)
+}
+
 /// The Content-Length a response head declares, if any. Not a number, or two that differ, is
 /// the app's error: hyper would send it as is, and no client could tell where the body ends.
 #[derive(Default)]

@@ -13,6 +13,7 @@
 //! - `raw_head`: `RawHead`, a request head as the client sent it;
 //! - `proxy`: what a trusted proxy's `X-Forwarded-*` headers change in the scope;
 //! - `scope`: the ASGI scope of a request;
+//! - `tls_scope`: `TlsScope`, the scope's TLS extension for one connection;
 //! - `messages`: reading the app's messages (optional fields, headers);
 //! - `responses`: responses the server makes itself;
 //! - `disconnected`: `ClientDisconnected`, what `send()` raises once the client has gone;
@@ -37,6 +38,7 @@ pub(crate) mod responses;
 pub(crate) mod scope;
 pub(crate) mod server;
 pub(crate) mod settings;
+pub(crate) mod tls_scope;
 
 use pyo3::prelude::*;
 

@@ -22,6 +22,12 @@ pub struct ScopeTemplate {
     root_path: Py<PyString>,
     /// What lifespan startup left in its state, copied into each scope.
     lifespan_state: Option<Py<PyDict>>,
+    /// Each scope's `extensions`, a copy of one of these: without and with
+    /// `http.response.early_hint`. A copy is one allocation where a new dict of new dicts was
+    /// three to four, which paid for the early hints' key; the extensions' empty parameter
+    /// dicts are shared by every scope.
+    extensions: Py<PyDict>,
+    extensions_hinted: Py<PyDict>,
 }
 
 impl ScopeTemplate {
@@ -61,22 +67,31 @@ impl ScopeTemplate {
         if lifespan_state.is_some() {
             scope.set_item(intern!(py, "state"), &none)?;
         }
+        let extensions = PyDict::new(py);
+        extensions.set_item(intern!(py, "http.response.pathsend"), PyDict::new(py))?;
+        extensions.set_item(intern!(py, "http.response.trailers"), PyDict::new(py))?;
+        let extensions_hinted = extensions.copy()?;
+        extensions_hinted.set_item(intern!(py, "http.response.early_hint"), PyDict::new(py))?;
         Ok(Self {
             scope: scope.unbind(),
             asgi: asgi.unbind(),
             root_path: root_path.unbind(),
             lifespan_state,
+            extensions: extensions.unbind(),
+            extensions_hinted: extensions_hinted.unbind(),
         })
     }
 }
 
+/// The scope of the request `parts`; `early_hints` says whether its client can be sent 103s
+/// (the `http.response.early_hint` extension).
 pub fn build_scope<'py>(
     py: Python<'py>,
-    parts: &Parts,
-    raw_head: Option<&RawHead>,
+    (parts, raw_head): (&Parts, Option<&RawHead>),
     conn: &ConnInfo,
     forwarded: &Forwarded,
     template: &ScopeTemplate,
+    early_hints: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let scope = template.scope.bind(py).copy()?;
     scope.set_item(intern!(py, "asgi"), template.asgi.bind(py).copy()?)?;
@@ -143,14 +158,30 @@ pub fn build_scope<'py>(
         None => scope.set_item(intern!(py, "client"), client)?,
     }
     scope.set_item(intern!(py, "server"), server_addr)?;
-    let extensions = PyDict::new(py);
-    extensions.set_item(intern!(py, "http.response.pathsend"), PyDict::new(py))?;
-    extensions.set_item(intern!(py, "http.response.trailers"), PyDict::new(py))?;
+    let extensions = match early_hints {
+        true => &template.extensions_hinted,
+        false => &template.extensions,
+    };
+    let extensions = extensions.bind(py).copy()?;
+    add_tls_extension(py, &extensions, conn)?;
     scope.set_item(intern!(py, "extensions"), extensions)?;
     if let Some(state) = &template.lifespan_state {
         scope.set_item(intern!(py, "state"), state.bind(py).copy()?)?;
     }
     Ok(scope)
+}
+
+/// `extensions["tls"]` on a TLS connection: the connection's one dict (absent, as the
+/// extension's spec requires, on a plain connection).
+pub fn add_tls_extension(
+    py: Python<'_>,
+    extensions: &Bound<'_, PyDict>,
+    conn: &ConnInfo,
+) -> PyResult<()> {
+    if let Some(tls) = &conn.tls_scope {
+        extensions.set_item(intern!(py, "tls"), tls.python(py)?)?;
+    }
+    Ok(())
 }
 
 /// `http_version` as the scope gives it, one shared string per version.

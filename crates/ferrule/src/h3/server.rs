@@ -18,6 +18,8 @@ use super::serving::serve;
 pub struct H3Server {
     server: Arc<Server>,
     config: quinn::ServerConfig,
+    /// The server's certificate, PEM, for the scope's TLS extension.
+    server_cert: Arc<str>,
     started: Mutex<bool>,
 }
 
@@ -32,6 +34,7 @@ impl H3Server {
         Ok(Self {
             server,
             config,
+            server_cert: tls.server_cert()?,
             started: Mutex::new(false),
         })
     }
@@ -51,6 +54,7 @@ impl H3Server {
         let mut stopped = StoppedSignal(Some(done.clone_ref(py)));
         let server = self.server.clone();
         let config = self.config.clone();
+        let server_cert = self.server_cert.clone();
         let stop = server.state.stopping();
         let handle = self.server.bridge.handle.clone();
         handle.spawn(async move {
@@ -62,7 +66,7 @@ impl H3Server {
             );
             let outcome = match endpoint {
                 Ok(endpoint) => {
-                    serve(endpoint, server, stop).await;
+                    serve(endpoint, server, server_cert, stop).await;
                     Ok(())
                 }
                 Err(err) => Err(err.to_string()),

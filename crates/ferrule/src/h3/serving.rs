@@ -7,12 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use rustls::pki_types::CertificateDer;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::live::{drain_within, Stop};
 use crate::asgi::server::Server;
+use crate::asgi::tls_scope::TlsScope;
 use crate::http::Connection;
 
 use super::endpoint::MAX_REQUEST_STREAMS;
@@ -37,6 +39,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(1);
 pub(super) async fn serve(
     endpoint: quinn::Endpoint,
     server: Arc<Server>,
+    server_cert: Arc<str>,
     mut stop: watch::Receiver<Stop>,
 ) {
     // As over TCP: each connection holds a receiver until it ends; `true` asks it to finish.
@@ -68,7 +71,7 @@ pub(super) async fn serve(
         let handshake = Handshake::start(&handshaking);
         let served = serve_connection(
             incoming,
-            local,
+            (local, server_cert.clone()),
             handshake,
             server.clone(),
             stopping.subscribe(),
@@ -117,7 +120,7 @@ impl Drop for Handshake {
 /// One connection, from the QUIC handshake to its close.
 async fn serve_connection(
     incoming: quinn::Incoming,
-    local: Option<SocketAddr>,
+    (local, server_cert): (Option<SocketAddr>, Arc<str>),
     handshake: Handshake,
     server: Arc<Server>,
     mut stopping: watch::Receiver<bool>,
@@ -147,6 +150,7 @@ async fn serve_connection(
         server_addr,
     );
     info.tls = true;
+    info.tls_scope = Some(Box::new(tls_scope(&quic, server_cert)));
     let conn = Arc::new(Connection::new(info, MAX_REQUEST_STREAMS as usize, None));
     let settings = &server.settings;
     let built = h3::server::builder()
@@ -189,6 +193,17 @@ async fn serve_connection(
     // Requests still running when the client went: their streams are gone with it.
     requests.abort_all();
     quic.close(H3_NO_ERROR, b"");
+}
+
+/// The scope's TLS extension for a QUIC connection: always TLS 1.3 (RFC 9001), the client's
+/// certificates as quinn hands them over; quinn does not tell the cipher suite.
+fn tls_scope(quic: &quinn::Connection, server_cert: Arc<str>) -> TlsScope {
+    let client_certs = quic
+        .peer_identity()
+        .and_then(|identity| identity.downcast::<Vec<CertificateDer<'static>>>().ok());
+    let client_certs = client_certs.as_deref().map_or(&[][..], Vec::as_slice);
+    let tls13 = u16::from(rustls::ProtocolVersion::TLSv1_3);
+    TlsScope::new(Some(server_cert), client_certs, Some(tls13), None)
 }
 
 /// The longest a finished connection waits for its last bytes to be acknowledged.

@@ -11,9 +11,10 @@ use http::header::{CONTENT_LENGTH, DATE};
 use http::{HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
+use tokio::sync::mpsc;
 
 use crate::asgi::server::Server;
-use crate::http::{handle, BoxError, Connection, IncomingBody};
+use crate::http::{early_hints_response, handle, BoxError, Connection, EarlyHints, IncomingBody};
 
 type QuicConnection = h3_quinn::Connection;
 type RecvStream = RequestStream<h3_quinn::RecvStream, Bytes>;
@@ -41,15 +42,40 @@ pub(super) async fn serve_request(
         return;
     }
     let (mut send, recv) = stream.split();
-    let request = request.map(|()| {
+    let mut request = request.map(|()| {
         IncomingBody::Stream(Box::pin(StreamBody {
             stream: recv,
             after: None,
         }))
     });
+    let (hints_tx, mut hints) = mpsc::unbounded_channel();
+    request.extensions_mut().insert(EarlyHints::Http3(hints_tx));
     let head_request = request.method() == http::Method::HEAD;
     let date_header = server.settings.date_header;
-    let Ok(response) = handle(request, conn, server).await;
+    let response = handle(request, conn, server);
+    tokio::pin!(response);
+    // The app's 103s go out as they come, until its final head.
+    let response = loop {
+        tokio::select! {
+            biased;
+            Some(links) = hints.recv() => {
+                if send.send_response(early_hints_response(links)).await.is_err() {
+                    return;
+                }
+            }
+            Ok(response) = &mut response => break response,
+        }
+    };
+    // Sent before the head (`HttpSend::early_hint`), so here already if at all.
+    while let Ok(links) = hints.try_recv() {
+        if send
+            .send_response(early_hints_response(links))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
     let (mut parts, mut body) = response.into_parts();
     let has_body = !head_request
         && !matches!(

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use crate::asgi::disconnected::client_gone;
 use crate::asgi::messages::{
-    optional_field, optional_flag, parse_headers, parse_headers_into, required_field,
+    optional_field, optional_flag, parse_headers, parse_headers_into, parse_links, required_field,
     DeclaredLength,
 };
 use crate::bridge::{NativeFuture, ResumeVia};
@@ -194,6 +194,7 @@ impl HttpSend {
             "http.response.body" => self.body(py, &message),
             "http.response.pathsend" => self.pathsend(py, &message),
             "http.response.trailers" => self.trailers(py, &message),
+            "http.response.early_hint" => self.early_hint(py, &message),
             other => Err(PyValueError::new_err(format!(
                 "Unexpected ASGI message type '{other}'"
             ))),
@@ -235,6 +236,27 @@ impl HttpSend {
         state.head = Some((status, headers));
         state.status = status.as_u16();
         state.phase = Phase::HeadPending;
+        Ok(self.done(py))
+    }
+
+    /// `http.response.early_hint`: a 103 with a `link` field per link, while the final head
+    /// is not yet on its way (until the first body message); ignored after it, as hypercorn
+    /// ignores it, and where the client cannot take a 103 (HTTP/1.0: the scope does not offer
+    /// the extension there).
+    fn early_hint(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let links = parse_links(py, message)?;
+        let exchange = &self.exchange;
+        let state = exchange.state.lock().unwrap();
+        if state.disconnected {
+            return Err(client_gone());
+        }
+        if let Some(hints) = &exchange.hints {
+            if matches!(state.phase, Phase::Waiting | Phase::HeadPending) {
+                // Under the lock: the head, sent under it too, cannot overtake the hint.
+                hints.send(links);
+                exchange.hinted.store(true, Ordering::Release);
+            }
+        }
         Ok(self.done(py))
     }
 

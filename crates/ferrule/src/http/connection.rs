@@ -8,6 +8,7 @@ use crate::asgi::conn::ConnInfo;
 
 use super::app_calls::AppCalls;
 use super::heads::HeadLog;
+use super::interim::InterimQueue;
 use super::streams::OpenStreams;
 use super::upgrade::Upgrader;
 
@@ -25,6 +26,8 @@ pub(crate) struct Connection {
     pub(crate) app_calls: Arc<AppCalls>,
     /// How its upgrade requests become WebSockets; None where the transport has no way.
     pub(crate) upgrader: Option<Upgrader>,
+    /// Its HTTP/1.1 requests' 103 Early Hints, which the transport writes (`with_interim`).
+    pub(crate) interim: Option<Arc<InterimQueue>>,
 }
 
 impl Connection {
@@ -38,7 +41,15 @@ impl Connection {
             alt_svc: None,
             app_calls: Arc::new(AppCalls::new(max_app_calls)),
             upgrader,
+            interim: None,
         }
+    }
+
+    /// The connection, its HTTP/1.1 requests sending 103 Early Hints through `interim`, which
+    /// the transport writes to the socket.
+    pub(crate) fn with_interim(mut self, interim: Arc<InterimQueue>) -> Self {
+        self.interim = Some(interim);
+        self
     }
 
     /// The connection, announcing HTTP/3 with `alt_svc` on every response.

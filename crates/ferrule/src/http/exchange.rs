@@ -1,7 +1,7 @@
 //! `Exchange`: what hyper's side and the app's side share for one request, and where the
 //! response stands.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -24,6 +24,7 @@ use crate::metrics::Protocol;
 
 use super::app_calls::AppCall;
 use super::body::{BodyQueue, BodySource, ResponseBody};
+use super::early_hints::EarlyHints;
 use super::incoming::IncomingBody;
 
 /// Body chunks in flight to hyper, per response: above the drive budget (128 steps), so one
@@ -134,11 +135,16 @@ pub struct Exchange {
     /// What the request came over, and when its head was read (`trace::now_mark`; 0 when
     /// neither the metrics nor the trace time it).
     pub(super) started: (Protocol, u64),
+    /// How 103 Early Hints reach the client; None where they cannot (HTTP/1.0).
+    pub(super) hints: Option<EarlyHints>,
+    /// The app has sent one: the final head waits until it is on its way (`EarlyHints::sent`).
+    pub(super) hinted: AtomicBool,
 }
 
 impl Exchange {
     /// `head_request`: a HEAD request, whose response has no body whatever its Content-Length.
-    /// `expects_continue`: it asked `Expect: 100-continue` and has a body to come.
+    /// `expects_continue`: it asked `Expect: 100-continue` and has a body to come. `hints`:
+    /// how its 103 Early Hints go out, if they can.
     pub fn new(
         server: Arc<Server>,
         head_tx: oneshot::Sender<Response<ResponseBody>>,
@@ -146,7 +152,7 @@ impl Exchange {
         head_request: bool,
         expects_continue: bool,
         started: (Protocol, u64),
-        app_call: AppCall,
+        (app_call, hints): (AppCall, Option<EarlyHints>),
     ) -> Self {
         Self {
             server,
@@ -173,6 +179,8 @@ impl Exchange {
             }),
             body: BodyQueue::default(),
             started,
+            hints,
+            hinted: AtomicBool::new(false),
         }
     }
 

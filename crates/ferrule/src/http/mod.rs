@@ -8,6 +8,8 @@
 //! - `host`: whether a `Host` value is one RFC 9112 lets a server serve;
 //! - `exchange`: `Exchange`, what hyper's side and the app's side share for one request;
 //! - `callables`: the ASGI `receive` / `send` callables (`HttpReceive`, `HttpSend`);
+//! - `early_hints`: `EarlyHints`, how a request's 103 Early Hints reach its client;
+//! - `interim`: `InterimQueue`, HTTP/1.1's 103s on their way to the socket beside hyper;
 //! - `incoming`: `IncomingBody`, a request body from hyper or from an HTTP/3 stream;
 //! - `body`: `ResponseBody`, the response body hyper polls (fed through `BodySource`);
 //! - `compression`: `--compress` applied to a response on its way to hyper;
@@ -28,12 +30,14 @@ mod body;
 mod callables;
 mod compression;
 mod connection;
+mod early_hints;
 mod encoded_body;
 mod exchange;
 mod file_body;
 mod heads;
 mod host;
 mod incoming;
+mod interim;
 mod request;
 mod static_files;
 mod streams;
@@ -42,9 +46,11 @@ mod upgrade;
 // What the transports use: the request path, a connection, the bodies, the head recorder.
 pub(crate) use self::body::ResponseBody;
 pub(crate) use self::connection::Connection;
+pub(crate) use self::early_hints::{response as early_hints_response, EarlyHints};
 #[cfg(test)]
 pub(crate) use self::heads::HeadLog;
 pub(crate) use self::heads::{Recorder, HTTP2_PREFACE};
 pub(crate) use self::incoming::{BoxError, IncomingBody};
+pub(crate) use self::interim::InterimQueue;
 pub(crate) use self::request::handle;
 pub(crate) use self::upgrade::Upgrader;

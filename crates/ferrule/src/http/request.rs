@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use http::header::{CONNECTION, CONTENT_LENGTH};
@@ -30,6 +31,7 @@ use super::body::ResponseBody;
 use super::callables::{HttpReceive, HttpSend};
 use super::compression::compress;
 use super::connection::Connection;
+use super::early_hints::EarlyHints;
 use super::exchange::{Exchange, RequestHead};
 use super::host::valid_host;
 use super::incoming::IncomingBody;
@@ -155,6 +157,11 @@ impl Started {
             .unwrap_or_else(|_| plain_response(StatusCode::INTERNAL_SERVER_ERROR, settings));
         self.guard.0 = None;
         drop(self.exchange.take_spent_head());
+        if self.exchange.hinted.load(Ordering::Acquire) {
+            if let Some(hints) = &self.exchange.hints {
+                hints.sent().await;
+            }
+        }
         if let Some((policy, accepted)) = settings.compression.as_ref().zip(self.accepted) {
             compress(&mut response, policy, accepted, self.exchange.head_request);
         }
@@ -296,8 +303,9 @@ fn start(
     (protocol, received): (Protocol, u64),
 ) -> Started {
     let settings = &server.settings;
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     let http10 = parts.version == http::Version::HTTP_10;
+    let hints = early_hints(&mut parts, conn);
     let (head_tx, head_rx) = oneshot::channel();
     let head_request = parts.method == http::Method::HEAD;
     // As hyper decides when to send `100 Continue` (HTTP/1.1, a body to come).
@@ -320,7 +328,7 @@ fn start(
         head_request,
         expects_continue,
         (protocol, received),
-        app_call,
+        (app_call, hints),
     ));
     // Built only when an access log line will be written: it costs two allocations (and
     // what `--access-log-format` asks for).
@@ -371,6 +379,18 @@ fn start(
         open_stream,
         http10,
         accepted,
+    }
+}
+
+/// How the request's 103 Early Hints reach its client: beside hyper over HTTP/1.1, as the
+/// transport says in the request otherwise; none over HTTP/1.0, which has no informational
+/// responses.
+fn early_hints(parts: &mut http::request::Parts, conn: &Connection) -> Option<EarlyHints> {
+    match parts.version {
+        http::Version::HTTP_11 => conn.interim.clone().map(EarlyHints::Http1),
+        http::Version::HTTP_09 | http::Version::HTTP_10 => None,
+        http::Version::HTTP_2 => EarlyHints::of_http2(&mut parts.extensions),
+        _ => parts.extensions.remove::<EarlyHints>(),
     }
 }
 
@@ -536,11 +556,11 @@ fn call_app<'py>(
     let handles = &exchange.server.py;
     let scope = build_scope(
         py,
-        &head.parts,
-        head.raw.as_ref(),
+        (&head.parts, head.raw.as_ref()),
         conn,
         &head.forwarded,
         &handles.scope_template,
+        exchange.hints.is_some(),
     )?;
     let receive = Py::new(
         py,

@@ -6,16 +6,20 @@
 //! handed back alone, hyper would find the head incomplete and double its 8 KiB read buffer to
 //! 16 KiB, which every idle keep-alive connection would keep.
 //!
+//! On HTTP/1.1 it writes the 103 Early Hints hyper cannot send (`http::InterimQueue`) when
+//! hyper flushes.
+//!
 //! On HTTP/2 it also gathers writes: each round of them waits once for the tasks already
 //! runnable (`coalesce_writes`), so the responses they finish go out together.
 
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::http::{Recorder, HTTP2_PREFACE};
+use crate::http::{InterimQueue, Recorder, HTTP2_PREFACE};
 
 /// A connection's stream with a [`Recorder`] watching what hyper reads from it.
 pub struct RecordingIo<T> {
@@ -29,6 +33,8 @@ pub struct RecordingIo<T> {
     coalescing: bool,
     /// Whether this round of writes has waited once already; a flush ends the round.
     yielded: bool,
+    /// The connection's informational responses, written first when hyper flushes.
+    interim: Option<Arc<InterimQueue>>,
 }
 
 impl<T> RecordingIo<T> {
@@ -41,7 +47,15 @@ impl<T> RecordingIo<T> {
             end: 0,
             coalescing: false,
             yielded: false,
+            interim: None,
         }
+    }
+
+    /// Writes the informational responses queued in `interim` when hyper flushes, which it
+    /// does only with its own buffer empty: they go out between its responses, never inside one.
+    pub fn with_interim(mut self, interim: Option<Arc<InterimQueue>>) -> Self {
+        self.interim = interim;
+        self
     }
 
     /// Makes each round of writes wait once for the tasks already runnable, for HTTP/2. Its
@@ -197,6 +211,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for RecordingIo<T> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         this.yielded = false;
+        if let Some(interim) = &this.interim {
+            let written = interim.poll_write_to(cx, &mut this.inner);
+            if !matches!(written, Poll::Ready(Ok(()))) {
+                this.note_write(written.is_pending());
+                return written;
+            }
+        }
         let flushed = Pin::new(&mut this.inner).poll_flush(cx);
         this.note_write(flushed.is_pending());
         flushed

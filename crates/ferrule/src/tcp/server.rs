@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tokio_rustls::TlsAcceptor;
 
 use crate::asgi::access_route::{AccessPath, AccessRoute, FastAccess};
 use crate::asgi::diagnostics::Diagnostics;
@@ -20,13 +19,13 @@ use crate::metrics::{MetricsRegion, WorkerMetrics};
 
 use super::listener::{std_tcp_listener, std_unix_listener, Listener, Listeners};
 use super::serving::accept_loop;
-use super::tls::TlsFiles;
+use super::tls::{TlsFiles, TlsServing};
 
 #[pyclass(frozen, module = "ferrule._ferrule")]
 pub struct HttpServer {
     server: Arc<Server>,
     /// The TLS acceptor, when the server speaks HTTPS.
-    tls: Option<TlsAcceptor>,
+    tls: Option<TlsServing>,
     started: Mutex<bool>,
 }
 
@@ -55,7 +54,7 @@ impl HttpServer {
             .transpose()?;
         let settings = Settings::from_config(config)?;
         let diagnostics = Diagnostics::from_config(config)?;
-        let tls = tls.map(|files| files.acceptor(settings.http)).transpose()?;
+        let tls = tls.map(|files| files.serving(settings.http)).transpose()?;
         let bridge = bridge.shared().clone();
         let handles = PyHandles::new(py, &bridge, app, state, &settings)?;
         let path = match handles.access_enabled {

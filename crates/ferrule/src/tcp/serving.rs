@@ -10,7 +10,6 @@ use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
-use tokio_rustls::TlsAcceptor;
 
 use crate::asgi::conn::ConnInfo;
 use crate::asgi::levels::{TRACE, WARNING};
@@ -18,13 +17,15 @@ use crate::asgi::live::{drain_within, Stop};
 use crate::asgi::logging::log_line;
 use crate::asgi::server::Server;
 use crate::asgi::settings::{HttpVersions, ProxyProtocol, Settings};
-use crate::http::{handle, Connection, IncomingBody, Recorder, Upgrader};
+use crate::asgi::tls_scope::TlsScope;
+use crate::http::{handle, Connection, IncomingBody, InterimQueue, Recorder, Upgrader};
 use crate::ws;
 
 use super::finish_when::{Driven, FinishWhen};
 use super::listener::{IoStream, Listeners};
 use super::proxy_protocol::read_header;
 use super::recording_io::RecordingIo;
+use super::tls::TlsServing;
 use super::woken_only::WokenOnly;
 
 /// How every connection of one server is served: hyper's settings for each version, and TLS
@@ -32,7 +33,7 @@ use super::woken_only::WokenOnly;
 struct ConnectionSetup {
     http1: http1::Builder,
     http2: http2::Builder<TokioExecutor>,
-    tls: Option<TlsAcceptor>,
+    tls: Option<TlsServing>,
     /// `h3=":PORT"`, for the responses of every connection to the socket HTTP/3 is served
     /// beside (the first TCP one, at that index), when it is served beside TLS.
     alt_svc: Option<(usize, http::HeaderValue)>,
@@ -43,7 +44,7 @@ struct ConnectionSetup {
 pub(super) async fn accept_loop(
     listeners: Listeners,
     server: Arc<Server>,
-    tls: Option<TlsAcceptor>,
+    tls: Option<TlsServing>,
     mut stop: watch::Receiver<Stop>,
 ) {
     // Each connection holds a receiver until it ends: told `true`, it finishes gracefully,
@@ -87,8 +88,10 @@ pub(super) async fn accept_loop(
                 Some((h3_index, value)) if *h3_index == index => Some(value.clone()),
                 _ => None,
             };
-            let conn = Connection::new(conn, max_streams, Some(WEBSOCKETS)).announcing(alt_svc);
-            serve_connection(stream, Arc::new(conn), server, setup, stopping).await;
+            let conn = Connection::new(conn, max_streams, Some(WEBSOCKETS))
+                .announcing(alt_svc)
+                .with_interim(Arc::new(InterimQueue::default()));
+            serve_connection(stream, conn, server, setup, stopping).await;
         };
         let mut abort = abort_rx.clone();
         tokio::spawn(async move {
@@ -288,18 +291,22 @@ const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// One connection, from the TLS handshake (if any) to its close.
 async fn serve_connection(
     stream: Box<dyn IoStream>,
-    conn: Arc<Connection>,
+    mut conn: Connection,
     server: Arc<Server>,
     setup: Arc<ConnectionSetup>,
     stopping: watch::Receiver<bool>,
 ) {
     let stream = match &setup.tls {
         None => stream,
-        Some(acceptor) => match tls_handshake(stream, acceptor).await {
-            Some(tls) => tls,
+        Some(tls) => match tls_handshake(stream, tls).await {
+            Some((stream, scope)) => {
+                conn.info.tls_scope = Some(scope);
+                stream
+            }
             None => return,
         },
     };
+    let conn = Arc::new(conn);
     let _traced = ConnectionTrace::start(&server, &conn.info);
     let settings = &server.settings;
     let mut io = recording(stream, &conn, settings);
@@ -356,20 +363,24 @@ async fn serve_connection(
     serving.await;
 }
 
-/// The TLS handshake, within `TLS_HANDSHAKE_TIMEOUT`; None if it failed or was abandoned
-/// (rustls has sent its alert, if any).
+/// The TLS handshake, within `TLS_HANDSHAKE_TIMEOUT`, and the scope's TLS extension for the
+/// connection; None if it failed or was abandoned (rustls has sent its alert, if any).
 async fn tls_handshake(
     stream: Box<dyn IoStream>,
-    acceptor: &TlsAcceptor,
-) -> Option<Box<dyn IoStream>> {
+    tls: &TlsServing,
+) -> Option<(Box<dyn IoStream>, Box<TlsScope>)> {
     // Boxed: the handshake's state is large, and the connection's task would otherwise keep
     // room for it as long as the connection lives.
     let handshake = Box::pin(tokio::time::timeout(
         TLS_HANDSHAKE_TIMEOUT,
-        acceptor.accept(stream),
+        tls.acceptor.accept(stream),
     ));
     match handshake.await {
-        Ok(Ok(tls)) => Some(Box::new(tls)),
+        Ok(Ok(stream)) => {
+            let server_cert = Some(tls.server_cert.clone());
+            let scope = TlsScope::of_connection(server_cert, stream.get_ref().1);
+            Some((Box::new(stream), Box::new(scope)))
+        }
         _ => None,
     }
 }
@@ -385,7 +396,7 @@ fn recording(
     if !settings.http.h2 {
         recorder = recorder.refusing_http2();
     }
-    RecordingIo::new(stream, recorder)
+    RecordingIo::new(stream, recorder).with_interim(conn.interim.clone())
 }
 
 /// Whether the client speaks HTTP/2: by its first bytes when both versions are on; None if

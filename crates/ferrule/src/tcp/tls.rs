@@ -14,6 +14,16 @@ use rustls::{RootCertStore, ServerConfig};
 use tokio_rustls::TlsAcceptor;
 
 use crate::asgi::settings::HttpVersions;
+use crate::asgi::tls_scope::pem;
+
+/// How a server's connections are made TLS: the acceptor, and the server's certificate as the
+/// scope's TLS extension gives it.
+#[derive(Clone)]
+pub struct TlsServing {
+    pub acceptor: TlsAcceptor,
+    /// The leaf of the server's chain, PEM, shared by every connection's scope.
+    pub server_cert: Arc<str>,
+}
 
 /// The TLS material Python has read (`ferrule.tls.TlsFiles`), PEM.
 #[derive(FromPyObject)]
@@ -26,8 +36,8 @@ pub struct TlsFiles<'py> {
 }
 
 impl TlsFiles<'_> {
-    /// The acceptor for these files, offering `versions` by ALPN.
-    pub fn acceptor(&self, versions: HttpVersions) -> PyResult<TlsAcceptor> {
+    /// The acceptor for these files, offering `versions` by ALPN, with the server's certificate.
+    pub fn serving(&self, versions: HttpVersions) -> PyResult<TlsServing> {
         let mut alpn = Vec::new();
         if versions.h2 {
             alpn.push(b"h2".to_vec());
@@ -35,7 +45,20 @@ impl TlsFiles<'_> {
         if versions.h1 {
             alpn.push(b"http/1.1".to_vec());
         }
-        Ok(TlsAcceptor::from(Arc::new(self.server_config(alpn)?)))
+        let acceptor = TlsAcceptor::from(Arc::new(self.server_config(alpn)?));
+        Ok(TlsServing {
+            acceptor,
+            server_cert: self.server_cert()?,
+        })
+    }
+
+    /// The server's own certificate, the first of its chain, as PEM.
+    pub fn server_cert(&self) -> PyResult<Arc<str>> {
+        let leaf = CertificateDer::pem_slice_iter(self.cert.as_bytes())
+            .next()
+            .ok_or_else(|| PyValueError::new_err("the certificate file holds no PEM certificate"))?
+            .map_err(|err| bad("cannot read the certificate file", err))?;
+        Ok(pem(&leaf).into())
     }
 
     /// rustls' settings for these files, offering the `alpn` protocols (QUIC's TLS takes these

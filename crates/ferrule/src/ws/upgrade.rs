@@ -20,7 +20,7 @@ use crate::asgi::logging::{log_app_exception, log_line};
 use crate::asgi::proxy::Forwarded;
 use crate::asgi::raw_head::RawHead;
 use crate::asgi::responses::{closing_response, plain_response, server_response};
-use crate::asgi::scope::build_scope;
+use crate::asgi::scope::{add_tls_extension, build_scope};
 use crate::asgi::server::Server;
 use crate::bridge::Completion;
 
@@ -243,11 +243,11 @@ fn websocket_scope<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let scope = build_scope(
         py,
-        parts,
-        raw_head,
+        (parts, raw_head),
         conn,
         forwarded,
         &handles.scope_template,
+        false,
     )?;
     scope.set_item(intern!(py, "type"), intern!(py, "websocket"))?;
     scope.del_item(intern!(py, "method"))?;
@@ -271,6 +271,7 @@ fn websocket_scope<'py>(
     scope.set_item(intern!(py, "subprotocols"), subprotocols)?;
     let extensions = PyDict::new(py);
     extensions.set_item("websocket.http.response", PyDict::new(py))?;
+    add_tls_extension(py, &extensions, conn)?;
     scope.set_item(intern!(py, "extensions"), extensions)?;
     Ok(scope)
 }

@@ -12,6 +12,7 @@ use http::{HeaderMap, Request, Response};
 use std::task::{Context, Poll, Waker};
 use tokio::io::AsyncWrite;
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::{fmt, io};
 
@@ -88,6 +89,11 @@ struct Inner {
 
     /// The number of stream refs to this shared state.
     refs: usize,
+
+    /// Informational (1xx) HEADERS sent through an `InformationalSender`, which holds no send
+    /// buffer: moved into their streams' queues when the connection next sends, or when their
+    /// stream's final response is queued, whichever comes first.
+    interim: VecDeque<frame::Headers>,
 }
 
 #[derive(Debug)]
@@ -464,7 +470,31 @@ impl Inner {
             },
             store: Store::new(),
             refs: 1,
+            interim: VecDeque::new(),
         }))
+    }
+
+    /// Queues the informational HEADERS `StreamHandle::send_informational` left, each on its
+    /// stream, unless the stream has gone or ended meanwhile.
+    fn queue_interim<B>(&mut self, send_buffer: &mut Buffer<Frame<B>>) {
+        while let Some(frame) = self.interim.pop_front() {
+            let Some(stream) = self.store.find_mut(&frame.stream_id()) else {
+                continue;
+            };
+            if stream.state.is_reset() || stream.state.is_send_closed() {
+                continue;
+            }
+            let actions = &mut self.actions;
+            let _ = self.counts.transition(stream, |counts, stream| {
+                actions.send.send_interim_informational_headers(
+                    frame,
+                    send_buffer,
+                    stream,
+                    counts,
+                    &mut actions.task,
+                )
+            });
+        }
     }
 
     fn recv_headers<B>(
@@ -988,6 +1018,8 @@ impl Inner {
         let mut send_buffer = send_buffer.inner.lock().unwrap();
         let send_buffer = &mut *send_buffer;
 
+        self.queue_interim(send_buffer);
+
         // Send WINDOW_UPDATE frames first
         //
         // TODO: It would probably be better to interleave updates w/ data
@@ -1311,10 +1343,13 @@ impl<B> StreamRef<B> {
         let mut me = self.opaque.inner.lock().unwrap();
         let me = &mut *me;
 
-        let stream = me.store.resolve(self.opaque.key);
-        let actions = &mut me.actions;
         let mut send_buffer = self.send_buffer.inner.lock().unwrap();
         let send_buffer = &mut *send_buffer;
+        // Informational responses sent before this one go first.
+        me.queue_interim(send_buffer);
+
+        let stream = me.store.resolve(self.opaque.key);
+        let actions = &mut me.actions;
 
         me.counts.transition(stream, |counts, stream| {
             let frame = server::Peer::convert_send_message(stream.id, response, end_of_stream);
@@ -1450,6 +1485,14 @@ impl<B> StreamRef<B> {
 
     pub fn clone_to_opaque(&self) -> OpaqueStreamRef {
         self.opaque.clone()
+    }
+
+    /// A handle that sends the stream's informational responses and does not keep it.
+    pub fn handle(&self) -> StreamHandle {
+        StreamHandle {
+            inner: self.opaque.inner.clone(),
+            id: self.opaque.key.stream_id(),
+        }
     }
 
     pub fn stream_id(&self) -> StreamId {
@@ -1624,6 +1667,44 @@ impl fmt::Debug for OpaqueStreamRef {
                 .field("inner", &"<Locked>")
                 .finish(),
         }
+    }
+}
+
+/// A stream's id and its connection's shared state, which does not keep the stream (it holds no
+/// reference count, so the stream is released and reset as if it did not exist): for sending
+/// informational responses from wherever a request went (`server::InformationalSender`).
+#[derive(Clone)]
+pub(crate) struct StreamHandle {
+    inner: Arc<Mutex<Inner>>,
+    id: StreamId,
+}
+
+impl StreamHandle {
+    pub(crate) fn stream_id(&self) -> StreamId {
+        self.id
+    }
+
+    /// Sends an informational (1xx) HEADERS frame ahead of the stream's final response,
+    /// without the stream's send buffer: it is queued here and moved to the stream's queue by
+    /// the connection. An error once the final response has been sent, or the stream has
+    /// ended or gone.
+    pub(crate) fn send_informational(&self, frame: frame::Headers) -> Result<(), UserError> {
+        let mut me = self.inner.lock().unwrap();
+        let me = &mut *me;
+        let Some(stream) = me.store.find_mut(&self.id) else {
+            return Err(UserError::InactiveStreamId);
+        };
+        if stream.state.is_reset()
+            || stream.state.is_send_closed()
+            || stream.state.is_send_streaming()
+        {
+            return Err(UserError::UnexpectedFrameType);
+        }
+        me.interim.push_back(frame);
+        if let Some(task) = me.actions.task.take() {
+            task.wake();
+        }
+        Ok(())
     }
 }
 
