@@ -362,16 +362,15 @@ def test_a_stalled_stdout_does_not_stop_serving(buffer: int | None) -> None:
         server.read_stdout()
         warning = poll(
             lambda: WARNING_LINE.search(server.stdout),
-            timeout=5,
             what=f"the WARNING line once stdout was read\n{server.describe()}",
         )
         dropped = int(warning.group(1))
         # Settled: the metrics may be a moment behind the writer.
         with contextlib.suppress(AssertionError):
-            poll(lambda: dropped_counter(metrics_port) == dropped, timeout=3, what="the count")
+            poll(lambda: dropped_counter(metrics_port) == dropped, what="the count")
         counted = dropped_counter(metrics_port)
         pipelined(server.port, ["/after-the-stall"])
-        poll(lambda: "/after-the-stall" in server.stdout, timeout=5, what="a line after it")
+        poll(lambda: "/after-the-stall" in server.stdout, what="a line after it")
         code = server.stop(signal.SIGTERM)
     assert elapsed < 30, f"{STALLED_REQUESTS} requests took {elapsed:.1f}s"
     assert is_clean_exit(code, signal.SIGTERM), server.describe()
