@@ -250,8 +250,8 @@ def request_after_the_stop(loop: str, late: list[float]) -> bool:
                 conn.send(request_bytes("GET", "/"))
                 response = conn.read_response()
             except (IncompleteResponse, OSError) as exc:
-                # The connection's grace starts after the SIGTERM: a request sent within it
-                # of the signal was on time.
+                # The connection's 0.1 s starts after the SIGTERM: a request sent sooner than
+                # that after the signal came within it.
                 assert sent >= GRACE, f"closed under a request sent {sent:.3f} s after: {exc}"
                 late.append(round(sent, 3))
                 return False
