@@ -35,10 +35,15 @@ from h1raw import HTTP_TIMEOUT, RawConnection
 TESTS_DIR = Path(__file__).resolve().parent
 APPS_DIR = TESTS_DIR / "apps"
 
+# The bounds below are what a server that works may take on CI's worst machine (two test runs
+# at once on two cores, load above 20); a broken server hangs, so waiting longer only slows a
+# failing test down.
 #: How long the server may take to print its ``running on`` line.
-STARTUP_TIMEOUT = 10.0
+STARTUP_TIMEOUT = 30.0
 #: How long a SIGINT'ed server may take to exit before its process group is killed.
-STOP_TIMEOUT = 10.0
+STOP_TIMEOUT = 20.0
+#: How long a wait for something the server is to do (a line, an event, a record) may last.
+WAIT_TIMEOUT = 20.0
 
 RUNNING_RE = re.compile(r"running on (https?)://[^:\s]+:(\d+)")
 UDS_RE = re.compile(r"running on unix socket (\S+)")
@@ -144,7 +149,11 @@ class ServerProcess:
         )
 
     def wait_for_output(
-        self, pattern: str | re.Pattern[str], timeout: float = 5.0, *, stream: str = "stderr"
+        self,
+        pattern: str | re.Pattern[str],
+        timeout: float = WAIT_TIMEOUT,
+        *,
+        stream: str = "stderr",
     ) -> re.Match[str]:
         """Wait until ``pattern`` matches the collected ``stream``; fail with the output."""
         regex = re.compile(pattern) if isinstance(pattern, str) else pattern
@@ -342,7 +351,7 @@ def run_to_exit(
 def poll(
     probe: Callable[[], T | None],
     *,
-    timeout: float = 5.0,
+    timeout: float = WAIT_TIMEOUT,
     interval: float = 0.05,
     what: str = "the condition",
 ) -> T:
@@ -365,7 +374,7 @@ def poll(
         time.sleep(interval)
 
 
-def fetch_record(server: ServerProcess, key: str, timeout: float = 5.0) -> Any:
+def fetch_record(server: ServerProcess, key: str, timeout: float = WAIT_TIMEOUT) -> Any:
     """Poll the app's ``/_record?key=KEY`` until the app has stored something under ``key``."""
 
     def probe() -> Any:
@@ -394,7 +403,7 @@ def read_events(path: Path) -> list[str]:
         return []
 
 
-def wait_for_event(path: Path, event: str, timeout: float = 5.0) -> list[str]:
+def wait_for_event(path: Path, event: str, timeout: float = WAIT_TIMEOUT) -> list[str]:
     return poll(
         lambda: (events := read_events(path)) and event in events and events,
         timeout=timeout,
@@ -410,6 +419,15 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def refused(server: ServerProcess) -> bool:
+    """Whether the server's port refuses connections: it has closed its listener."""
+    try:
+        socket.create_connection((server.host, server.port or 0), timeout=HTTP_TIMEOUT).close()
+    except ConnectionRefusedError:
+        return True
+    return False
 
 
 def pid_alive(pid: int) -> bool:

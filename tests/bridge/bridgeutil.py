@@ -25,6 +25,12 @@ import ferrule
 
 #: Default bound for one scenario, well above what any scenario needs when the bridge works.
 SCENARIO_TIMEOUT = 10.0
+#: How soon a wake-up or a cancellation must take effect: milliseconds when the bridge works
+#: (a second or so on a loaded machine), half the 5 s suspension the scenarios await when it
+#: misses one. A guard that ends a hang waits longer: :data:`GUARD`.
+PROMPT = 2.5
+#: How long a scenario's own guard waits for what must come at once before it fails.
+GUARD = 10.0
 
 #: Counters every bridge reports in ``bridge.counters()``; ``_ferrule.COUNTERS`` must name each.
 REQUIRED_COUNTERS = (
@@ -122,7 +128,7 @@ def run_bridge(
 async def wait_until(
     predicate: Callable[[], bool],
     *,
-    timeout: float = 2.0,
+    timeout: float = GUARD,
     interval: float = 0.001,
     what: str = "the condition",
 ) -> None:

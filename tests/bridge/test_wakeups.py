@@ -13,10 +13,16 @@ import time
 
 import anyio
 import ferrule
-from bridgeutil import check_first_drive_thread, child_value, on_loop_thread, wait_for_marks
+from bridgeutil import (
+    PROMPT,
+    check_first_drive_thread,
+    child_value,
+    on_loop_thread,
+    wait_for_marks,
+)
 
-#: A working bridge needs a few milliseconds; a missed wake-up costs the 5 s guard.
-PROMPT = 1.0
+#: A working bridge needs a few milliseconds; a missed wake-up costs the 5 s guard (twice
+#: :data:`bridgeutil.PROMPT`).
 GUARD = 5.0
 
 
@@ -125,11 +131,12 @@ def test_asyncio_timer_armed_on_a_tokio_thread_fires_on_time(run) -> None:
 
 def test_event_set_on_a_tokio_thread_wakes_a_loop_task_promptly(run) -> None:
     """A driven coroutine sets an ``asyncio.Event`` that a plain loop task waits on, then
-    suspends for a second on a native awaitable: the loop task wakes within half a second.
+    suspends for 4 s on a native awaitable: the loop task wakes at once (within
+    :data:`PROMPT`, for a loaded machine).
 
     ``Event.set`` resolves the waiter's future, which queues the waiter's wake-up with
     ``call_soon`` on the tokio thread; without a wake-up after that drive the loop task sleeps
-    until the driven coroutine completes a second later.
+    until the driven coroutine completes 4 s later.
     """
     marks: list[str] = []
 
@@ -140,7 +147,7 @@ def test_event_set_on_a_tokio_thread_wakes_a_loop_task_promptly(run) -> None:
 
     async def setter(bridge: ferrule.Bridge, event: asyncio.Event) -> float:
         event.set()
-        await bridge.sleep(1.0)
+        await bridge.sleep(4.0)
         return time.monotonic()
 
     async def main(bridge: ferrule.Bridge) -> None:
@@ -150,7 +157,7 @@ def test_event_set_on_a_tokio_thread_wakes_a_loop_task_promptly(run) -> None:
         started = time.monotonic()
         setting = bridge.spawn(setter(bridge, event))
         woke_at = await asyncio.wait_for(waiting, GUARD)
-        assert woke_at - started < 0.5, f"the loop task woke after {woke_at - started:.3f}s"
-        assert await asyncio.wait_for(setting, GUARD) > woke_at
+        assert woke_at - started < PROMPT, f"the loop task woke after {woke_at - started:.3f}s"
+        assert await asyncio.wait_for(setting, 2 * GUARD) > woke_at
 
     run(main)

@@ -23,6 +23,7 @@ import pytest
 from h1raw import request_bytes
 from serverutil import (
     APPS_DIR,
+    WAIT_TIMEOUT,
     base_env,
     ferrule_command,
     free_port,
@@ -151,7 +152,7 @@ def test_limit_max_requests_stops_the_server_after_n_requests() -> None:
         for _ in range(3):
             with srv.client() as client:  # a connection each, as separate clients would
                 assert client.get("/").status_code == 200
-        assert srv.wait_exit(15) == 0, srv.describe()
+        assert srv.wait_exit() == 0, srv.describe()
         assert "Maximum request limit of 3 exceeded" in srv.describe(), srv.describe()
         with pytest.raises(httpx.TransportError):
             httpx.get(f"http://127.0.0.1:{srv.port}/", timeout=2)
@@ -161,24 +162,51 @@ def test_limit_max_requests_answers_a_request_already_on_its_way() -> None:
     """Rule: with ``--limit-max-requests 1``, a second client that had connected and sends
     its request just after the first one is answered (uvicorn answers it too), not reset.
     Broken: the second connection closed without a response as soon as the limit was reached
-    (seen before the grace for a connection's first request)."""
+    (seen before the grace for a connection's first request).
+
+    "Just after" is within the 0.1 s a connection has for its first request once the server
+    stops, which comes after the first request was sent: a run in which the loaded machine let
+    this process send the second more than 0.1 s after the first tells nothing if the second
+    is closed, and is run again (five runs at most)."""
+    late: list[float] = []
+    for _ in range(5):
+        answers, gap = requests_a_moment_apart()
+        if answers[0] == b"HTTP/1.1 200 OK" != answers[1] and gap > 0.1:
+            late.append(round(gap, 3))
+            continue
+        assert answers == [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK"], (answers, gap)
+        return
+    pytest.fail(f"every second request went out too late to tell (s after the first): {late}")
+
+
+def requests_a_moment_apart() -> tuple[list[bytes], float]:
+    """The test above's run: the two status lines (or errors), and how long after the first
+    request the second was sent."""
     with running_server("hello_app:app", "--limit-max-requests", "1") as srv:
         assert srv.port is not None
-        first = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
-        second = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
-        time.sleep(0.2)  # both accepted
+        first = socket.create_connection(("127.0.0.1", srv.port), timeout=WAIT_TIMEOUT)
+        second = socket.create_connection(("127.0.0.1", srv.port), timeout=WAIT_TIMEOUT)
+        time.sleep(0.2)  # both accepted, most likely
         first.sendall(request_bytes("GET", "/"))
+        sent = time.monotonic()
         time.sleep(0.02)
-        second.sendall(request_bytes("GET", "/"))
+        try:
+            second.sendall(request_bytes("GET", "/"))
+        except OSError:
+            pass  # closed already: told by its answer below
+        gap = time.monotonic() - sent
         answers = []
         for sock in (first, second):
             with sock:
                 data = b""
-                while chunk := sock.recv(65536):
-                    data += chunk
+                try:
+                    while chunk := sock.recv(65536):
+                        data += chunk
+                except OSError as exc:
+                    data = repr(exc).encode()
                 answers.append(data.split(b"\r\n", 1)[0])
-        assert srv.wait_exit(15) == 0, srv.describe()
-    assert answers == [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK"], answers
+        assert srv.wait_exit() == 0, srv.describe()
+    return answers, gap
 
 
 def test_limit_max_requests_with_workers_replaces_each_worker() -> None:
@@ -190,9 +218,9 @@ def test_limit_max_requests_with_workers_replaces_each_worker() -> None:
     line."""
     with running_server("hello_app:app", "--workers", "2", "--limit-max-requests", "2") as srv:
         pids = set()
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60  # each replacement imports the app: seconds, loaded
         while len(pids) <= 2 and time.monotonic() < deadline:
-            response = poll(lambda: srv.get("/"), timeout=10)
+            response = poll(lambda: srv.get("/"))
             assert response.status_code == 200
             pids.add(response.json()["pid"])
             time.sleep(0.05)
@@ -217,7 +245,7 @@ def test_limit_max_requests_jitter_adds_up_to_n() -> None:
                 answered += 1
             except httpx.TransportError:
                 break
-        assert srv.wait_exit(15) == 0, srv.describe()
+        assert srv.wait_exit() == 0, srv.describe()
     limit = re.search(r"Maximum request limit of (\d+) exceeded", srv.stderr)
     assert limit is not None, srv.describe()
     assert 2 <= int(limit.group(1)) <= 5 and answered >= int(limit.group(1)), (limit, answered)
@@ -337,7 +365,7 @@ def _serve_two_requests(terminals: tuple[bool, bool], *args: str) -> tuple[str, 
                     return "exited"
                 return "up" if client.get(f"http://127.0.0.1:{port}/fine").is_success else None
 
-            state = poll(serving, timeout=10, interval=0.1, what="the server to answer")
+            state = poll(serving, timeout=30, interval=0.1, what="the server to answer")
             assert state == "up", f"the server exited ({proc.returncode}):\n{both()}"
             assert client.get(f"http://127.0.0.1:{port}/raise-before?token=t").status_code == 500
         try:
@@ -345,7 +373,7 @@ def _serve_two_requests(terminals: tuple[bool, bool], *args: str) -> tuple[str, 
         except AssertionError as exc:
             raise AssertionError(f"{exc}:\n{both()}") from None
         proc.send_signal(signal.SIGINT)
-        proc.wait(10)
+        proc.wait(20)
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -322,11 +322,12 @@ def test_loop_option(loop: str, module: str) -> None:
 
 
 def test_timeout_keep_alive_closes_idle_connection() -> None:
-    """Rule: --timeout-keep-alive SECS closes a connection idle that long, not earlier. With 1 s:
+    """Rule: --timeout-keep-alive SECS closes a connection idle that long, not earlier. With 3 s:
     a request after 0.3 s idle is served on the same socket, then the server closes it within
-    about 1 s of idleness. Broken: closed too early (second request fails) or never (no EOF
-    within 4 s)."""
-    with running_server("hello_app:app", "--timeout-keep-alive", "1") as server:
+    about 3 s of idleness. Broken: closed too early (second request fails) or never (no EOF
+    within 15 s). The timeout is 3 s, not 1, for the 0.3 s pause to stay well short of it on
+    a loaded machine."""
+    with running_server("hello_app:app", "--timeout-keep-alive", "3") as server:
         with server.raw() as conn:
             conn.send(request_bytes("GET", "/one"))
             assert conn.read_response().status == 200
@@ -334,9 +335,9 @@ def test_timeout_keep_alive_closes_idle_connection() -> None:
             conn.send(request_bytes("GET", "/two"))
             assert conn.read_response().status == 200
             idle_since = time.monotonic()
-            assert conn.wait_closed(4), "the idle connection was not closed"
+            assert conn.wait_closed(15), "the idle connection was not closed"
             idle = time.monotonic() - idle_since
-    assert 0.5 <= idle <= 3, f"closed after {idle:.2f}s idle with --timeout-keep-alive 1"
+    assert 1.5 <= idle <= 10, f"closed after {idle:.2f}s idle with --timeout-keep-alive 3"
 
 
 def test_limit_concurrency_answers_503() -> None:
@@ -344,22 +345,27 @@ def test_limit_concurrency_answers_503() -> None:
     behaviour), and serves again once below. With N = 2 and three slow requests in flight, a
     fourth gets 503 whether the server counts connections or requests. Broken: the extra
     request waits and gets a 200, none of the slow ones is served, or the server stays
-    saturated."""
+    saturated. The slow requests last 8 s and the extra one is asked for again until it gets
+    its 503 (for up to 6 s): a loaded machine may take a while to get them all in."""
     with running_server("hello_app:app", "--limit-concurrency", "2") as server:
         results: list[int] = []
 
         def slow() -> None:
-            results.append(server.get("/sleep?secs=1.5", timeout=10).status_code)
+            results.append(server.get("/sleep?secs=8", timeout=30).status_code)
 
         threads = [threading.Thread(target=slow) for _ in range(3)]
         for thread in threads:
             thread.start()
-        time.sleep(0.5)
-        extra = server.get("/extra", timeout=5).status_code
+        extras: list[int] = []
+        poll(
+            lambda: extras.append(server.get("/extra", timeout=5).status_code) or 503 in extras,
+            timeout=6,
+            interval=0.1,
+            what="a 503 to the extra request",
+        )
         for thread in threads:
-            thread.join(10)
-        recovered = poll(lambda: server.get("/after").status_code == 200, timeout=5)
-    assert extra == 503
+            thread.join(30)
+        recovered = poll(lambda: server.get("/after").status_code == 200)
     assert 200 in results, results
     assert recovered
 

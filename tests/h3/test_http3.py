@@ -30,7 +30,7 @@ from h3client import (
     h3_connection,
     open_and_reset,
 )
-from serverutil import ServerProcess, ferrule_command, run_to_exit, running_server
+from serverutil import WAIT_TIMEOUT, ServerProcess, ferrule_command, run_to_exit, running_server
 
 APP = "h3_app:app"
 T = TypeVar("T")
@@ -146,12 +146,13 @@ def test_one_hundred_concurrent_streams_on_one_connection(
     server: ServerProcess, certs: Certs
 ) -> None:
     """Rule: 100 requests opened at once on one connection run at once (the app sees most of
-    them inside a 1 s sleep together) and all answer 200, well within the time 100 in a row
-    would take. Passed when written; the stream limit (100) is what it guards."""
+    them inside a 3 s sleep together) and all answer 200, well within the time 100 in a row
+    would take (40 s against 300 s: the Python QUIC client is slow on a loaded machine).
+    Passed when written; the stream limit (100) is what it guards."""
 
     async def work(client: H3Client) -> tuple[list[Any], float]:
         started = time.monotonic()
-        requests = [client.request("GET", "/sleep?secs=1", timeout=20) for _ in range(100)]
+        requests = [client.request("GET", "/sleep?secs=3", timeout=60) for _ in range(100)]
         responses = await asyncio.gather(*requests)
         return responses, time.monotonic() - started
 
@@ -159,7 +160,7 @@ def test_one_hundred_concurrent_streams_on_one_connection(
     assert [r.status for r in responses] == [200] * 100
     peak = max(json.loads(bytes(r.body))["peak"] for r in responses)
     assert peak >= 50, peak
-    assert elapsed < 15, elapsed
+    assert elapsed < 40, elapsed
 
 
 def test_trailers_over_http3(server: ServerProcess, certs: Certs) -> None:
@@ -272,7 +273,7 @@ def test_shutdown_sends_goaway_and_finishes_streams(certs: Certs) -> None:
             await wait_in_app(client)
             stopping.send_signal(signal.SIGINT)
             response = await asyncio.wait_for(waiter, 10)
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + WAIT_TIMEOUT
             while not any(kind == GOAWAY for kind, _ in client.control_frames()):
                 assert time.monotonic() < deadline, client.control_frames()
                 await asyncio.sleep(0.05)
@@ -281,7 +282,7 @@ def test_shutdown_sends_goaway_and_finishes_streams(certs: Certs) -> None:
         status, frames = h3(stopping, certs, work)
         assert status == 200
         assert GOAWAY in frames, frames
-        assert stopping.wait_exit(10) == 0, stopping.describe()
+        assert stopping.wait_exit() == 0, stopping.describe()
 
 
 def test_shutdown_cancels_what_outlasts_the_graceful_timeout(certs: Certs) -> None:
@@ -302,7 +303,7 @@ def test_shutdown_cancels_what_outlasts_the_graceful_timeout(certs: Certs) -> No
                 await asyncio.sleep(0.1)
 
         h3(stopping, certs, work)
-        assert stopping.wait_exit(10) == 0, stopping.describe()
+        assert stopping.wait_exit() == 0, stopping.describe()
         assert "Cancel 1 running task(s)" in stopping.stderr, stopping.describe()
 
 
@@ -381,7 +382,7 @@ def test_streams_opened_and_reset_at_once(server: ServerProcess, certs: Certs) -
     assert h3(server, certs, work) == 200
 
     async def gauge(client: H3Client) -> int:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + WAIT_TIMEOUT
         while True:
             now = json.loads(bytes((await client.request("GET", "/gauge")).body))["now"]
             if now == 0 or time.monotonic() > deadline:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 from h1raw import IncompleteResponse, RawConnection, parse_responses, request_bytes
-from serverutil import ServerProcess, fetch_record, running_server
+from serverutil import WAIT_TIMEOUT, ServerProcess, fetch_record, running_server
 
 #: Bound for one exchange: a correct server answers in milliseconds.
 READ_TIMEOUT = 2.0
@@ -136,7 +136,7 @@ def test_streamed_body_ended_short_of_content_length_is_reported(server: ServerP
     def logged() -> bool:
         return "content-length" in server.stderr[log_before:].lower()
 
-    deadline = time.monotonic() + 2  # a logged error may come just after the record
+    deadline = time.monotonic() + WAIT_TIMEOUT  # a logged error may come after the record
     while not (record["raised"] or logged()) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert record["raised"] or logged(), f"{record}\n{server.describe()}"

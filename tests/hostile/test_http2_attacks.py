@@ -259,15 +259,16 @@ def test_zero_window_shutdown_completes_with_graceful_timeout() -> None:
     """Rule: streams whose client never opens its window (SETTINGS_INITIAL_WINDOW_SIZE 0, no
     WINDOW_UPDATE) hold a graceful shutdown no longer than --timeout-graceful-shutdown. (Without
     that option ferrule waits for them, as uvicorn waits for its in-flight requests.)
-    Broken: the server hangs on SIGINT, or never exits cleanly."""
+    Broken: the server hangs on SIGINT (no exit within 20 s; about 1 s on an idle machine),
+    or never exits cleanly."""
     with running_server(APP, "--timeout-graceful-shutdown", "1") as srv:
         with H2Raw(srv, setting(SETTINGS_INITIAL_WINDOW_SIZE, 0)) as conn:
             conn.send(b"".join(get(2 * i + 1, f"/stream?key=zw-{i}") for i in range(3)))
             fetch_record(srv, "zw-0-started")
             started = time.monotonic()
             srv.send_signal(signal.SIGINT)
-            code = srv.wait_exit(5.0)
-            assert time.monotonic() - started < 4.0, srv.describe()
+            code = srv.wait_exit(20.0)
+            assert time.monotonic() - started < 20.0, srv.describe()
         assert is_clean_exit(code), srv.describe()
 
 

@@ -242,14 +242,15 @@ def test_live_idle_http2_client_is_sent_goaway_then_closed() -> None:
     (1 s) is sent GOAWAY (NO_ERROR) and its connection closed, as an idle HTTP/1.1 connection
     is: live idle clients must not hold connection slots for ever. Seen failing
     before the idle timeout: no GOAWAY within 6 s, the PINGs answered and the connection open
-    (hyper's HTTP/2 server has no idle timeout)."""
+    (hyper's HTTP/2 server has no idle timeout). The GOAWAY comes about 1 s after the answer;
+    the bound is 10 s, for a loaded machine."""
     with running_server(APP, "--timeout-keep-alive", "1") as srv:
-        events = live_idle_client(srv, "/ok", 6.0)
+        events = live_idle_client(srv, "/ok", 20.0)
     described = "\n".join(f"{at:.2f} {event}" for at, event in events)
     answered = when(events, h2.events.StreamEnded)
     goaway = when(events, h2.events.ConnectionTerminated)
-    assert answered is not None and answered < 1, described
-    assert goaway is not None and 0.9 < goaway < 3, described
+    assert answered is not None, described
+    assert goaway is not None and max(0.9, answered) < goaway < answered + 10, described
     terminated = next(e for _, e in events if isinstance(e, h2.events.ConnectionTerminated))
     assert terminated.error_code == 0, described
     assert when(events, "closed") is not None, described
@@ -263,16 +264,17 @@ def test_live_idle_http2_client_is_sent_goaway_then_closed() -> None:
 def test_http2_stream_in_progress_is_not_idle(path: str) -> None:
     """Rule: a stream in progress keeps its HTTP/2 connection from the idle timeout (1 s), both
     while the app has not answered (2.5 s) and while it streams the body (four chunks 0.8 s
-    apart): no GOAWAY before the stream ends, then one about 1 s after. Seen failing with the
-    stream's count dropped once the response head was out: GOAWAY 2 s into the streamed body
-    (harmless to that stream, which still ends, but a client must open a new connection)."""
+    apart): no GOAWAY before the stream ends, then one about 1 s after (within 10 s, for a
+    loaded machine). Seen failing with the stream's count dropped once the response head was
+    out: GOAWAY 2 s into the streamed body (harmless to that stream, which still ends, but a
+    client must open a new connection)."""
     with running_server(APP, "--timeout-keep-alive", "1") as srv:
-        events = live_idle_client(srv, path, 8.0)
+        events = live_idle_client(srv, path, 25.0)
     described = "\n".join(f"{at:.2f} {event}" for at, event in events)
     ended = when(events, h2.events.StreamEnded)
     goaway = when(events, h2.events.ConnectionTerminated)
     assert ended is not None and ended > 2.3, described
-    assert goaway is not None and ended < goaway < ended + 3, described
+    assert goaway is not None and ended < goaway < ended + 10, described
 
 
 def test_silent_http2_peers_cannot_exhaust_max_connections() -> None:
@@ -284,7 +286,7 @@ def test_silent_http2_peers_cannot_exhaust_max_connections() -> None:
     with running_server(APP, "--max-connections", "2", "--timeout-keep-alive", "1") as srv:
         with H2Raw(srv), H2Raw(srv):
             time.sleep(1.5)
-            assert srv.get("/ok", timeout=4.0).status_code == 200
+            assert srv.get("/ok", timeout=20.0).status_code == 200
 
 
 def test_zero_window_streams_cost_bounded_memory(server: ServerProcess) -> None:

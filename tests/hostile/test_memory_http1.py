@@ -132,9 +132,10 @@ def test_tls_handshakes_never_finished_hold_under_16_mib(certs: Certs) -> None:
     """Rule: 300 TCP connections to the TLS port that send nothing (100), half a ClientHello
     (100) or a whole one and never answer the server's flight (100) make the server hold under
     16 MiB more until its TLS handshake timeout (10 s) closes them, and a TLS client is served
-    within a second meanwhile. Broken: a handshake in progress costs far more than its state
-    (rustls' buffers), or the handshakes stop the server. Measured: 4.0-4.1 MiB (14 KiB a
-    connection)."""
+    meanwhile (within a second on an idle machine; the bound is 5 s, half the handshake
+    timeout that would free a server the handshakes stopped). Broken: a handshake in progress
+    costs far more than its state (rustls' buffers), or the handshakes stop the server.
+    Measured: 4.0-4.1 MiB (14 KiB a connection)."""
     tls = ("--ssl-certfile", str(certs.server_cert), "--ssl-keyfile", str(certs.server_key))
     with running_server(APP, *tls) as srv:
         hello = client_hello()
@@ -151,7 +152,7 @@ def test_tls_handshakes_never_finished_hold_under_16_mib(certs: Certs) -> None:
             opened = fd_count(srv.pid) - fds
             context = ssl.create_default_context(cafile=str(certs.ca))
             started = time.monotonic()
-            with socket.create_connection(("127.0.0.1", srv.port), 2.0) as raw:
+            with socket.create_connection(("127.0.0.1", srv.port), 8.0) as raw:
                 with context.wrap_socket(raw, server_hostname="localhost") as conn:
                     conn.sendall(request_bytes("GET", "/ok", headers=[("Connection", "close")]))
                     answer = conn.recv(65536)
@@ -159,7 +160,7 @@ def test_tls_handshakes_never_finished_hold_under_16_mib(certs: Certs) -> None:
         finally:
             close_all(socks)
         assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
-        assert waited < 1.0, f"a TLS client waited {waited:.2f} s"
+        assert waited < 5.0, f"a TLS client waited {waited:.2f} s"
         assert opened >= 300, f"only {opened} more descriptors: connections closed early"
         report("300 unfinished TLS handshakes", held, 16 * MiB)
 

@@ -131,7 +131,7 @@ class RawQuic:
         for data, _ in self.quic.datagrams_to_send(now=time.time()):
             self.sock.sendto(data, self.addr)
 
-    def exchange(self, until: Callable[[], bool], timeout: float = 5.0) -> None:
+    def exchange(self, until: Callable[[], bool], timeout: float = 15.0) -> None:
         """Send and receive until ``until()`` (checked between datagrams) or ``timeout``."""
         deadline = time.monotonic() + timeout
         while not until():
@@ -208,22 +208,23 @@ def test_abandoned_quic_connections_hold_under_32_mib(server: ServerProcess, cer
 def test_abandoned_quic_connections_are_dropped_at_the_idle_timeout(certs: Certs) -> None:
     """Rule: with ``--timeout-keep-alive 1 --max-connections 20``, 20 QUIC connections left
     silent after their handshake fill the server's QUIC slots only until the idle timeout:
-    within 3 s a new client is served again. Broken: dead peers keep their slots (and state)
-    for ever, and --max-connections of them lock QUIC clients out."""
+    a new client is served again (within 3 s on an idle machine; the bound is 20 s, for a
+    loaded one). Broken: dead peers keep their slots (and state) for ever, and
+    --max-connections of them lock QUIC clients out."""
     args = (*tls_args(certs), "--timeout-keep-alive", "1", "--max-connections", "20")
     with running_server(APP, *args) as srv:
         assert srv.port is not None
         open_abandoned(srv.port, certs, 20, None)
         started = time.monotonic()
-        deadline = started + 3.0
+        deadline = started + 20.0
         while True:
             try:
-                response = h3(srv, certs, lambda client: client.request("GET", "/ok", timeout=1.0))
+                response = h3(srv, certs, lambda c: c.request("GET", "/ok", timeout=PROMPT))
                 if response.status == 200:
                     break
             except (StreamError, ConnectionError, TimeoutError):
                 pass
-            assert time.monotonic() < deadline, "no new QUIC client served within 3 s"
+            assert time.monotonic() < deadline, "no new QUIC client served within 20 s"
             time.sleep(0.2)
         print(f"[h3] served again {time.monotonic() - started:.1f} s after 20 abandoned")
 

@@ -23,15 +23,18 @@ from dataclasses import dataclass
 
 import pytest
 from proxyproto import REQUEST, V2_PROXY, V2_SIGNATURE, V2_TCP4, scope_of, v1_line, v2_header
-from serverutil import ServerProcess, poll, running_server
+from serverutil import WAIT_TIMEOUT, ServerProcess, poll, running_server
 
 APP = "scope_app:app"
+#: The header timeout (--timeout-keep-alive) of the servers that are to refuse at once: long,
+#: so that a server that waits for it is told from a prompt one on a loaded machine.
+HEADER_TIMEOUT = "30"
 #: Bound for one exchange: how long the server may keep a connection open before the test
-#: fails (longer than the 5 s default header timeout, so a late close is told from none).
-READ_TIMEOUT = 8.0
-#: A bad start whose bytes are all in is refused at once: well within the default 5 s header
-#: timeout (--timeout-keep-alive), so a server that waits for that timeout fails.
-PROMPT = 3.0
+#: fails (longer than the header timeout, so a late close is told from none).
+READ_TIMEOUT = 40.0
+#: A bad start whose bytes are all in is refused at once: well within the header timeout, so a
+#: server that waits for that timeout fails; at once is a second or two on a loaded machine.
+PROMPT = 10.0
 #: A v1 start of 200 bytes with no CRLF: past the protocol's 107-byte line.
 V1_TOO_LONG = b"PROXY TCP4 " + b"1" * 189
 WARNING_RE = re.compile(r"(?m)^.*PROXY protocol.*$")
@@ -79,7 +82,7 @@ def warnings(server: ServerProcess) -> list[str]:
     return WARNING_RE.findall(server.stderr)
 
 
-def new_warning(server: ServerProcess, before: int, timeout: float = 5.0) -> str:
+def new_warning(server: ServerProcess, before: int, timeout: float = WAIT_TIMEOUT) -> str:
     """Wait for a ``PROXY protocol`` line past the first ``before`` ones; return it."""
     try:
         return poll(
@@ -97,7 +100,7 @@ def assert_still_serving(server: ServerProcess, option: str, source: str | None 
     assert server.returncode is None, f"the server died\n{server.describe()}"
     client = ("198.51.100.20", 40001)
     header = v2_header(src=client) if option == "v2" else v1_line(src=client)
-    outcome = exchange(server.port, header + REQUEST, source=source, timeout=5.0)
+    outcome = exchange(server.port, header + REQUEST, source=source)
     assert scope_of(outcome.received)["client"] == client
 
 
@@ -121,7 +124,9 @@ def servers() -> Iterator[Callable[[str], ServerProcess]]:
 
         def get(option: str) -> ServerProcess:
             if option not in started:
-                server = running_server(APP, "--proxy-protocol", option)
+                server = running_server(
+                    APP, "--proxy-protocol", option, "--timeout-keep-alive", HEADER_TIMEOUT
+                )
                 started[option] = stack.enter_context(server)
             return started[option]
 
@@ -177,17 +182,18 @@ def test_a_bad_start_is_closed_without_an_answer(
 def test_a_header_that_never_ends_is_closed_at_the_timeout(option: str, start: bytes) -> None:
     """A client that sends the start of a header (``PROXY ``, or a v2 header's 16 bytes with
     none of the 12 address bytes it declares) and then nothing is closed once
-    ``--timeout-keep-alive 1`` is up: not at once (more than 0.5 s) and not never (less than
-    6 s), with no HTTP answer and a ``PROXY protocol`` line; the server then still serves.
+    ``--timeout-keep-alive 2`` is up: not at once (more than 1 s) and not never (less than
+    12 s: a loaded machine's delay, short of ten timeouts), with no HTTP answer and a
+    ``PROXY protocol`` line; the server then still serves.
 
     Seen failing (the read timed out) with the header's timeout ten times the keep-alive
     timeout."""
-    args = ("--proxy-protocol", option, "--timeout-keep-alive", "1")
+    args = ("--proxy-protocol", option, "--timeout-keep-alive", "2")
     with running_server(APP, *args) as server:
         before = len(warnings(server))
-        outcome = exchange(server.port, start, timeout=10.0)
+        outcome = exchange(server.port, start, timeout=30.0)
         assert b"HTTP/" not in outcome.received, outcome.received[:300]
-        assert 0.5 < outcome.seconds < 6.0, f"closed after {outcome.seconds:.2f}s"
+        assert 1.0 < outcome.seconds < 12.0, f"closed after {outcome.seconds:.2f}s"
         new_warning(server, before)
         assert_still_serving(server, option)
 
@@ -199,7 +205,14 @@ def test_a_valid_header_from_an_untrusted_peer_is_closed_unread() -> None:
     loopback) is then taken: a 200 with the header's client, so the refusal was about the peer.
 
     Seen failing (a 200 came back) with the trust check left out."""
-    args = ("--proxy-protocol", "v1", "--forwarded-allow-ips", "10.9.8.7,127.0.0.2")
+    args = (
+        "--proxy-protocol",
+        "v1",
+        "--forwarded-allow-ips",
+        "10.9.8.7,127.0.0.2",
+        "--timeout-keep-alive",
+        HEADER_TIMEOUT,
+    )
     with running_server(APP, *args) as server:
         before = len(warnings(server))
         outcome = exchange(server.port, v1_line() + REQUEST)

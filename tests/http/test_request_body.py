@@ -117,14 +117,14 @@ def test_disconnect_after_body_while_app_waits(server: ServerProcess) -> None:
 
 def test_disconnect_on_every_receive_after_response(server: ServerProcess) -> None:
     """Rule: after the response is complete, every receive() returns http.disconnect at once
-    (even while the keep-alive connection stays open). Broken: receive() blocks (recorded as
-    "timeout" after 2 s) or returns something else."""
+    (within 5 s, for a loaded machine, even while the keep-alive connection stays open).
+    Broken: receive() blocks (recorded as "timeout" after 10 s) or returns something else."""
     key = new_key()
     with server.client() as client:
         assert client.get("/after-response", params={"key": key}).text == "done"
-        results = fetch_record(server, key)
+        results = fetch_record(server, key, timeout=40)
     assert [kind for kind, _ in results] == ["http.disconnect"] * 3, results
-    assert all(elapsed < 1.0 for _, elapsed in results), results
+    assert all(elapsed < 5.0 for _, elapsed in results), results
 
 
 def test_expect_100_continue_answered_on_receive(server: ServerProcess) -> None:
@@ -204,12 +204,13 @@ def test_receive_called_from_another_thread(server: ServerProcess, size: int) ->
 def test_answer_after_cancelled_read_reaches_a_client_still_sending(server: ServerProcess) -> None:
     """Rule: an app that reads the body in a task, answers 413 and cancels that read (Quart,
     for a body over its limit) leaves the rest of the body to the server, which discards it:
-    httpx, which sends a 10 MB body before reading, gets the 413 at once, and the connection
-    serves the next request. Broken (seen before the change): the server neither read the rest
-    nor closed, and httpx timed out after 10 s; the request stayed in a reference cycle that
-    held its connection open past the graceful timeout at SIGTERM."""
+    httpx, which sends a 10 MB body before reading, gets the 413 at once (both within 20 s,
+    for a loaded machine), and the connection serves the next request. Broken (seen before
+    the change): the server neither read the rest nor closed, and httpx timed out after 10 s;
+    the request stayed in a reference cycle that held its connection open past the graceful
+    timeout at SIGTERM."""
     body = b"x" * 10_000_000
-    with server.client(timeout=10) as client:
+    with server.client(timeout=30) as client:
         started = time.monotonic()
         first = client.post("/answer-then-cancel-read", content=body)
         second = client.post("/answer-then-cancel-read", content=body)
@@ -217,14 +218,14 @@ def test_answer_after_cancelled_read_reaches_a_client_still_sending(server: Serv
         assert client.get("/no-read").text == "answered without reading"
     assert (first.status_code, first.text) == (413, "too big")
     assert (second.status_code, second.text) == (413, "too big")
-    assert elapsed < 5, f"two 10 MB posts took {elapsed:.1f}s"
+    assert elapsed < 20, f"two 10 MB posts took {elapsed:.1f}s"
 
 
 def test_sigterm_after_cancelled_read_stops_promptly() -> None:
     """Rule: once such a request is answered, nothing of it keeps the server from stopping:
-    SIGTERM exits within the second. Broken (seen before the change): the server waited at
-    "Waiting for connections to close" for 40 s and more, past the 30 s graceful timeout,
-    until Python's garbage collector ran."""
+    SIGTERM exits within the second (15 s is the bound, for a loaded machine). Broken (seen
+    before the change): the server waited at "Waiting for connections to close" for 40 s and
+    more, past the 30 s graceful timeout, until Python's garbage collector ran."""
     with running_server("body_app:app") as server:
         with server.client(timeout=10) as client:
             response = client.post("/answer-then-cancel-read", content=b"x" * 10_000_000)
@@ -233,4 +234,4 @@ def test_sigterm_after_cancelled_read_stops_promptly() -> None:
             code = server.stop(signal.SIGTERM)
             elapsed = time.monotonic() - started
     assert code == 0, server.describe()
-    assert elapsed < 3, f"SIGTERM took {elapsed:.1f}s\n{server.describe()}"
+    assert elapsed < 15, f"SIGTERM took {elapsed:.1f}s\n{server.describe()}"

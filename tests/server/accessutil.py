@@ -30,6 +30,7 @@ from serverutil import (
     APPS_DIR,
     STARTUP_TIMEOUT,
     STOP_TIMEOUT,
+    WAIT_TIMEOUT,
     ServerFailure,
     base_env,
     ferrule_command,
@@ -55,7 +56,9 @@ def path_lines(server: Any) -> list[tuple[str, str]]:
     return [(m.group(1), m.group(2).strip()) for m in PATH_LINE.finditer(server.stderr)]
 
 
-def wait_path(server: Any, kind: str, *, after: int = 0, timeout: float = 5.0) -> tuple[str, str]:
+def wait_path(
+    server: Any, kind: str, *, after: int = 0, timeout: float = WAIT_TIMEOUT
+) -> tuple[str, str]:
     """Wait for a path line of ``kind`` beyond the first ``after`` ones; return it."""
 
     def probe() -> tuple[str, str] | None:
@@ -80,7 +83,9 @@ def lines_with(server: Any, marker: str) -> list[str]:
     return [line for line in stdout_lines(server) if marker in line]
 
 
-def wait_lines(server: Any, count: int, what: str = "access lines", timeout: float = 5.0) -> None:
+def wait_lines(
+    server: Any, count: int, what: str = "access lines", timeout: float = WAIT_TIMEOUT
+) -> None:
     """Wait until stdout has at least ``count`` complete lines."""
     try:
         poll(lambda: len(stdout_lines(server)) >= count, timeout=timeout, what=f"{count} {what}")
@@ -88,7 +93,9 @@ def wait_lines(server: Any, count: int, what: str = "access lines", timeout: flo
         raise AssertionError(f"{exc}\n{server.describe()}") from None
 
 
-def wait_for(server: Any, probe: Callable[[], Any], what: str, timeout: float = 5.0) -> Any:
+def wait_for(
+    server: Any, probe: Callable[[], Any], what: str, timeout: float = WAIT_TIMEOUT
+) -> Any:
     """:func:`poll` whose failure shows the server's output."""
     try:
         return poll(probe, timeout=timeout, what=what)

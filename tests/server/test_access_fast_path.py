@@ -329,15 +329,17 @@ def test_a_stalled_stdout_does_not_stop_serving(buffer: int | None) -> None:
     counted; once stdout is read again, one line says ``WARNING:  N access log lines dropped:
     standard output was not being read (--access-log-buffer B bytes)``, and ``--metrics``
     counts N in ``ferrule_access_log_lines_dropped_total``. Here 5,000 requests with 2 KiB
-    lines (10 MB of lines) are all answered within 30 s while the test leaves stdout unread;
-    the server's memory grows by less than half of what keeping the lines would take; then
-    stdout is read: the lines present plus N make 5,000, every line whole, and a request
-    after that has its line. Broken: the server stops answering when the pipe is full, the
-    lines kept without bound, lines lost without a count, or the warning missing or wrong.
+    lines (10 MB of lines) are all answered within 60 s (each batch of ten within 10 s) while
+    the test leaves stdout unread; the server's memory grows by less than half of what keeping
+    the lines would take; then stdout is read: the lines present plus N make 5,000, every line
+    whole, and a request after that has its line. Broken: the server stops answering when the
+    pipe is full, the lines kept without bound, lines lost without a count, or the warning
+    missing or wrong.
     Seen failing before the fast path: default-1MiB, the server stopped answering after 17 of
     the 5,000 requests (its event loop blocked writing a line to the full pipe); 64KiB, the
     option did not exist (exit 2). Seen failing on a build of the change in progress: the
-    counter read at the warning lagged it by up to 100 under load (hence the 3 s to settle)."""
+    counter read at the warning lagged it by up to 100 under load (hence the wait, up to 20 s,
+    for it to settle)."""
     from memutil import MiB, RssGrowth
 
     metrics_port = free_port()
@@ -349,9 +351,9 @@ def test_a_stalled_stdout_does_not_stop_serving(buffer: int | None) -> None:
     with HeldStdout("logging_app:app", *args) as server:
         started = time.monotonic()
         try:
-            pipelined(server.port, paths[:1000], batch=10, timeout=5, answered=answered)
+            pipelined(server.port, paths[:1000], batch=10, timeout=10, answered=answered)
             growth = RssGrowth(server.proc.pid, settle=2.0)
-            pipelined(server.port, paths[1000:], batch=10, timeout=5, answered=answered)
+            pipelined(server.port, paths[1000:], batch=10, timeout=10, answered=answered)
         except (AssertionError, OSError) as exc:
             raise AssertionError(
                 f"the server stopped answering after {len(answered)} of {STALLED_REQUESTS}"
@@ -362,18 +364,17 @@ def test_a_stalled_stdout_does_not_stop_serving(buffer: int | None) -> None:
         server.read_stdout()
         warning = poll(
             lambda: WARNING_LINE.search(server.stdout),
-            timeout=5,
             what=f"the WARNING line once stdout was read\n{server.describe()}",
         )
         dropped = int(warning.group(1))
         # Settled: the metrics may be a moment behind the writer.
         with contextlib.suppress(AssertionError):
-            poll(lambda: dropped_counter(metrics_port) == dropped, timeout=3, what="the count")
+            poll(lambda: dropped_counter(metrics_port) == dropped, what="the count")
         counted = dropped_counter(metrics_port)
         pipelined(server.port, ["/after-the-stall"])
-        poll(lambda: "/after-the-stall" in server.stdout, timeout=5, what="a line after it")
+        poll(lambda: "/after-the-stall" in server.stdout, what="a line after it")
         code = server.stop(signal.SIGTERM)
-    assert elapsed < 30, f"{STALLED_REQUESTS} requests took {elapsed:.1f}s"
+    assert elapsed < 60, f"{STALLED_REQUESTS} requests took {elapsed:.1f}s"
     assert is_clean_exit(code, signal.SIGTERM), server.describe()
     lines = stdout_lines(server)
     warnings = [line for line in lines if WARNING_LINE.fullmatch(line)]

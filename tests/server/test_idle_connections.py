@@ -17,7 +17,7 @@ import pytest
 from certs import Certs
 from h1raw import RawConnection
 from memutil import rss_bytes
-from serverutil import running_server
+from serverutil import WAIT_TIMEOUT, running_server
 
 #: Past the second after which an idle connection is set aside, with room for a busy machine.
 REST = 1.8
@@ -54,7 +54,8 @@ def test_idle_connections_give_their_memory_back() -> None:
                 assert conn.read_response().status == 200
             busy = rss_bytes(server.pid) - before
             assert busy > 4 * 1024 * 1024, f"400 connections added only {busy} bytes"
-            deadline = time.monotonic() + 3 * REST
+            # Set aside a second after their answer; a loaded machine takes seconds over 400.
+            deadline = time.monotonic() + WAIT_TIMEOUT
             while (idle := rss_bytes(server.pid) - before) > 0.5 * busy:
                 if time.monotonic() > deadline:
                     break
@@ -97,14 +98,16 @@ def test_an_idle_connection_serves_whatever_comes_next() -> None:
 def test_the_keep_alive_timeout_holds_while_set_aside() -> None:
     """Rule: an idle connection is closed once the keep-alive timeout has passed since its last
     response, set aside or not: not before, and not a second later. Broken (seen): counted from
-    when the connection was set aside, the timeout ran a second long (closed after 4.0 s)."""
+    when the connection was set aside, the timeout ran a second long (closed after 4.0 s).
+    The bug adds a second whatever the timeout, so the bound cannot be wider than that: 3.9 s
+    leaves a loaded machine 0.9 s to close and tell."""
     with running_server("idle_app:app", "--timeout-keep-alive", "3", "--no-access-log") as server:
         with RawConnection(server.port) as conn:
             get(conn)
             answered = time.monotonic()
-            assert conn.wait_closed(timeout=6.0), "the idle connection was never closed"
+            assert conn.wait_closed(timeout=10.0), "the idle connection was never closed"
             closed_after = time.monotonic() - answered
-    assert 2.8 <= closed_after <= 3.7, f"closed {closed_after:.2f} s after the response"
+    assert 2.8 <= closed_after < 3.9, f"closed {closed_after:.2f} s after the response"
 
 
 def test_nothing_in_progress_is_cut() -> None:
@@ -173,9 +176,10 @@ def test_a_websocket_the_app_is_slow_to_accept_is_not_set_aside() -> None:
 
 def test_stop_closes_connections_set_aside_at_once(tmp_path) -> None:
     """Rule: a server asked to stop closes its idle connections, set aside or not, and exits
-    well within its graceful timeout. Broken (seen): with a connection set aside not watching
-    for the stop, the drain lasted until the keep-alive timeout closed it."""
-    args = ["--timeout-graceful-shutdown", "10", "--timeout-keep-alive", "30", "--no-access-log"]
+    well within its graceful timeout (30 s; at once on an idle machine, within 15 s on a
+    loaded one). Broken (seen): with a connection set aside not watching for the stop, the
+    drain lasted until the keep-alive timeout (60 s) closed it."""
+    args = ["--timeout-graceful-shutdown", "30", "--timeout-keep-alive", "60", "--no-access-log"]
     with running_server("idle_app:app", *args) as server:
         connections = [RawConnection(server.port) for _ in range(5)]
         for conn in connections:
@@ -184,9 +188,9 @@ def test_stop_closes_connections_set_aside_at_once(tmp_path) -> None:
         started = time.monotonic()
         server.send_signal(signal.SIGINT)
         for conn in connections:
-            assert conn.wait_closed(timeout=5.0)
-        assert server.wait_exit(timeout=8.0) == 0
-    assert time.monotonic() - started < 3.0
+            assert conn.wait_closed(timeout=WAIT_TIMEOUT)
+        assert server.wait_exit() == 0
+    assert time.monotonic() - started < 15.0
 
 
 def test_tls_connections_rest_and_serve_again(certs: Certs) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from h1raw import RawConnection
 from memutil import rss_bytes
-from serverutil import running_server
+from serverutil import WAIT_TIMEOUT, running_server
 
 MB = 1024 * 1024
 #: Keep-alive connections that each send one request per wave.
@@ -60,7 +60,8 @@ def test_bursts_of_requests_do_not_fault_memory_in_per_request(loop: str) -> Non
 
 def test_memory_of_closed_connections_goes_back() -> None:
     """Rule: once idle keep-alive connections close, the server's resident memory falls back
-    (here to within 40% of what 600 of them added) within two seconds, without another request.
+    (here to within 40% of what 600 of them added) without another request: within two
+    seconds on an idle machine, 20 s at most on a loaded one.
     Broken (seen, before ferrule set the allocator's purge delay): the memory stayed until the
     threads that freed it allocated again, which an idle server's never do."""
     with running_server("hello_app:app", "--loop", "asyncio", "--no-access-log") as server:
@@ -76,7 +77,7 @@ def test_memory_of_closed_connections_goes_back() -> None:
         assert grown > 4 * MB, f"600 connections added only {grown / MB:.1f} MiB"
         for conn in connections:
             conn.close()
-        deadline = time.monotonic() + 2
+        deadline = time.monotonic() + WAIT_TIMEOUT
         while (left := rss_bytes(server.pid) - before) > 0.4 * grown:
             if time.monotonic() > deadline:
                 break

@@ -45,9 +45,9 @@ def test_startup_completes_before_first_request() -> None:
             with httpx.Client(timeout=5.0, trust_env=False) as client:
                 return client.get(f"http://127.0.0.1:{port}/").json()
 
-        first = poll(probe, timeout=15, interval=0.02, what="the first response")
+        first = poll(probe, timeout=30, interval=0.02, what="the first response")
         assert first == {"started": True}, server.describe()
-        server.wait_running(timeout=5)
+        server.wait_running()
     finally:
         server.close()
 

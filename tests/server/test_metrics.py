@@ -84,7 +84,7 @@ def test_one_process_counts_each_request_and_serves_the_text_format() -> None:
             found = samples(port)
             return found if value(found, "ferrule_bridge_drives_total") >= 25 else None
 
-        found = poll(published, timeout=5, what="the bridge counters to be published")
+        found = poll(published, what="the bridge counters to be published")
     requests = "ferrule_requests_total"
     assert value(found, requests, protocol="http/1.1", status="2xx") == 25
     assert value(found, requests, protocol="http/1.1", status="5xx") == 1
@@ -148,7 +148,7 @@ def test_two_workers_one_scrape_shows_the_sum(region: str, tmp_path: Path) -> No
             return found if starts == sent else None
 
         # uvloop (the default loop): a start's wait for the loop thread is its GIL wait.
-        found = poll(published, timeout=5, what="every start's GIL wait to be published")
+        found = poll(published, what="every start's GIL wait to be published")
     assert value(found, "ferrule_requests_total", protocol="http/1.1", status="2xx") == sent
     assert value(found, "ferrule_request_duration_seconds_count", protocol="http/1.1") == sent
     workers = labelled(found, "ferrule_worker_resident_memory_bytes", "worker")
@@ -178,7 +178,7 @@ def test_a_replaced_workers_requests_stay_counted() -> None:
             fresh = {int(pid) for pid in pids} - seen
             return found if fresh and len(pids) == 2 else None
 
-        found = poll(replaced, timeout=10, what="a new worker in the metrics")
+        found = poll(replaced, what="a new worker in the metrics")
         assert value(found, "ferrule_requests_total", protocol="http/1.1", status="2xx") == sent
         assert value(found, "ferrule_worker_restarts_total", reason="crash") == 1
         sent += len(get_on_new_connections(server, 5)) and 5

@@ -52,9 +52,9 @@ SUPERVISOR = textwrap.dedent(
     ids=["getppid", "kqueue"],
 )
 def test_a_worker_stops_when_its_parent_is_killed(kqueue: bool) -> None:
-    """SIGKILL the worker's parent: the worker is sent SIGTERM within about a second. Seen
-    failing (the worker printing "outlived its parent" after 30 s) with ``watch`` not sending
-    the signal."""
+    """SIGKILL the worker's parent: the worker is sent SIGTERM within about a second (15 s is
+    the bound, for a loaded machine). Seen failing (the worker printing "outlived its parent"
+    after 30 s) with ``watch`` not sending the signal."""
     supervisor = subprocess.Popen(
         [sys.executable, "-c", SUPERVISOR, WORKER.format(kqueue=kqueue)],
         stdout=subprocess.PIPE,
@@ -65,10 +65,10 @@ def test_a_worker_stops_when_its_parent_is_killed(kqueue: bool) -> None:
         worker_pid = int(supervisor.stdout.readline())
         assert supervisor.stdout.readline().strip() == "watching"
         supervisor.kill()
-        supervisor.wait(5)
+        supervisor.wait(20)
         started = time.monotonic()
         assert supervisor.stdout.readline().strip() == "SIGTERM"
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 15
     finally:
         supervisor.kill()
         try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -16,15 +15,28 @@ from pathlib import Path
 
 import httpx
 import pytest
-from h1raw import request_bytes
-from serverutil import ServerProcess, ferrule_command, pid_alive, poll, run_to_exit, running_server
+from h1raw import IncompleteResponse, request_bytes
+from serverutil import (
+    WAIT_TIMEOUT,
+    ServerProcess,
+    ferrule_command,
+    pid_alive,
+    poll,
+    refused,
+    run_to_exit,
+    running_server,
+)
 
 #: How long each worker's lifespan startup takes in these tests. A worker stopped before its
 #: successor serves leaves the port with no one accepting for that long at least.
-STARTUP_SECONDS = 2.0
-#: The slowest answer a client may get while workers are replaced: well under the startup, well
-#: over what a loaded machine takes for one request.
-SLOWEST = 1.2
+STARTUP_SECONDS = 6.0
+#: The slowest answer a client may get while workers are replaced: half the startup, so that a
+#: request that waited for a worker to start fails the test, and several times what one
+#: request takes on CI's loaded machine (once over 1.2 s at load 20 on two cores).
+SLOWEST = STARTUP_SECONDS / 2
+#: How long the clients go on for at most, waiting for the replacements they are to see: each
+#: one takes a startup and an import, which the loaded machine makes several seconds longer.
+TRAFFIC_SECONDS = 60
 
 
 @dataclass
@@ -48,10 +60,12 @@ def keep_sending(
     answer must be a 200; a transport error fails the test at once."""
     traffic = Traffic()
     while time.monotonic() < until:
-        started = time.monotonic()
-        with httpx.Client(timeout=5, trust_env=False) as client:
+        # The client's timeout outlasts a startup, for a request that waits for one to fail on
+        # its time rather than on a timeout; its set-up is not timed (it is the test's own).
+        with httpx.Client(timeout=3 * STARTUP_SECONDS, trust_env=False) as client:
+            started = time.monotonic()
             response = client.get(f"{server.base_url}{path}")
-        took = time.monotonic() - started
+            took = time.monotonic() - started
         assert response.status_code == 200, (response.status_code, server.describe())
         traffic.slowest = max(traffic.slowest, took)
         traffic.requests += 1
@@ -64,10 +78,15 @@ def keep_sending(
 
 def first_answer(server: ServerProcess) -> int:
     """The pid of the first worker, once it serves (its startup is slow on purpose)."""
-    return poll(lambda: server.get("/").json()["pid"], timeout=15, what="the first worker")
+    return poll(
+        lambda: server.get("/").json()["pid"], timeout=STARTUP_SECONDS + 30, what="the first worker"
+    )
 
 
 SLOW_START = {"FERRULE_TEST_STARTUP_SECONDS": str(STARTUP_SECONDS)}
+#: How long a keep-alive connection idle when the server stops may still deliver a request
+#: (the core's ``NEXT_REQUEST_GRACE``).
+GRACE = 0.1
 
 
 def test_workers_max_rss_replaces_a_leaking_worker_with_no_failed_request() -> None:
@@ -75,13 +94,16 @@ def test_workers_max_rss_replaces_a_leaking_worker_with_no_failed_request() -> N
     request passes 120 MiB and is replaced while a client keeps sending requests: every
     answer is a 200, none waits for a worker to start, a new pid answers, the parent logs the
     RSS against the limit, and the old worker exits. Broken: the option unknown (exit 2), the
-    RSS never read (the same pid answers for the whole 15 s), or the old worker stopped before
-    its successor served (seen: a 2.5 s answer, with SIGTERM sent to the old worker as its
-    successor started)."""
+    RSS never read (the same pid answers for the whole minute), or the old worker stopped
+    before its successor served (seen, with a 2 s startup: a 2.5 s answer, with SIGTERM sent
+    to the old worker as its successor started)."""
     env = {**SLOW_START, "FERRULE_TEST_LEAK_MIB": "4"}
     with running_server("leak_app:app", "--workers-max-rss", "120", env=env) as server:
         first = first_answer(server)
-        traffic = keep_sending(server, "/leak", time.monotonic() + 15, pause=0.05, enough=2)
+        # A request every 0.2 s: the RSS passes the limit in seconds, and the startup of the
+        # successor does not take the leak to gigabytes.
+        deadline = time.monotonic() + TRAFFIC_SECONDS
+        traffic = keep_sending(server, "/leak", deadline, pause=0.2, enough=2)
         assert len(traffic.distinct) >= 2, (traffic, server.describe())
         assert traffic.distinct[0] == first
         assert traffic.slowest < SLOWEST, (traffic.slowest, server.describe())
@@ -99,10 +121,10 @@ def test_workers_lifetime_replaces_workers_with_no_failed_request(workers: int) 
     """Rule: with ``--workers-lifetime 2`` each worker is replaced after 2 to 2.2 s, its
     successor serving first, while a client keeps sending requests: every answer is a 200
     and (with one worker, where nobody else would accept) none waits for a worker to start;
-    more workers than ``--workers`` answer in 12 s. Broken: the option unknown (exit 2), no
-    recycling with ``--workers 1`` (no parent process to do it: one pid throughout), or the
-    old worker stopped first (seen with one worker: a 2.6 s answer, with SIGTERM sent to the
-    old worker as its successor started)."""
+    more workers than ``--workers`` answer within a minute. Broken: the option unknown (exit
+    2), no recycling with ``--workers 1`` (no parent process to do it: one pid throughout), or
+    the old worker stopped first (seen with one worker and a 2 s startup: a 2.6 s answer, with
+    SIGTERM sent to the old worker as its successor started)."""
     with running_server(
         "leak_app:app",
         "--workers-lifetime",
@@ -112,7 +134,8 @@ def test_workers_lifetime_replaces_workers_with_no_failed_request(workers: int) 
         env=SLOW_START,
     ) as server:
         first_answer(server)
-        traffic = keep_sending(server, "/", time.monotonic() + 12, enough=workers + 2)
+        deadline = time.monotonic() + TRAFFIC_SECONDS
+        traffic = keep_sending(server, "/", deadline, enough=workers + 2)
         assert len(traffic.distinct) >= workers + 2, (traffic.distinct, server.describe())
         if workers == 1:
             assert traffic.slowest < SLOWEST, (traffic.slowest, server.describe())
@@ -122,18 +145,21 @@ def test_workers_lifetime_replaces_workers_with_no_failed_request(workers: int) 
 
 def test_a_keep_alive_client_sees_no_error_while_workers_are_replaced() -> None:
     """Rule: a client sending requests one after another on one keep-alive connection, for
-    12 s of ``--workers-lifetime 2`` (about five replacements), gets a 200 each time: the old
-    worker answers the request that follows its stop with ``connection: close``, and the
-    client goes on, on a new connection, with the new worker. Broken: the old worker closing
+    12 s of ``--workers-lifetime 2`` (about five replacements; longer, until three workers have
+    answered, on a machine too loaded for that), gets a 200 each time: the old worker answers
+    the request that follows its stop with ``connection: close``, and the client goes on, on a
+    new connection, with the new worker. Broken: the old worker closing
     its idle connections at once, so that a request already on its way is lost (seen: one
     ``Server disconnected without sending a response`` in 8202 requests over 9 replacements;
     a race, which this test catches only now and then: the test above is the sure one)."""
     with running_server("leak_app:app", "--workers-lifetime", "2") as server:
         first_answer(server)
-        pids = []
-        deadline = time.monotonic() + 12
-        with httpx.Client(base_url=server.base_url, timeout=5, trust_env=False) as client:
-            while time.monotonic() < deadline:
+        pids: list[int] = []
+        started = time.monotonic()
+        with httpx.Client(base_url=server.base_url, timeout=20, trust_env=False) as client:
+            while time.monotonic() < started + 12 or (
+                len(set(pids)) < 3 and time.monotonic() < started + TRAFFIC_SECONDS
+            ):
                 response = client.get("/")
                 assert response.status_code == 200, server.describe()
                 pids.append(response.json()["pid"])
@@ -174,22 +200,13 @@ def test_the_supervisor_counts_replacements_by_reason() -> None:
     ``lifetime``, every reason present from the start. Broken: a reason missing, or a
     replacement counted under the wrong one or not at all (seen: ``crash`` 0 with its count
     left out)."""
-    result = run_to_exit([sys.executable, "restarts_script.py", "7"], timeout=60)
+    result = run_to_exit([sys.executable, "restarts_script.py", "60"], timeout=100)
     assert result.returncode == 0, result.describe()
     restarts = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(restarts) == {"crash", "health_check", "max_requests", "max_rss", "lifetime"}
     assert restarts["crash"] == 1, restarts
     assert restarts["lifetime"] >= 2, (restarts, result.describe())
     assert restarts["health_check"] == restarts["max_requests"] == restarts["max_rss"] == 0
-
-
-def refused(server: ServerProcess) -> bool:
-    """Whether the server's port refuses connections: it has stopped accepting."""
-    try:
-        socket.create_connection(("127.0.0.1", server.port or 0), timeout=1).close()
-    except ConnectionRefusedError:
-        return True
-    return False
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
@@ -202,21 +219,47 @@ def test_a_request_just_after_the_stop_on_an_idle_keep_alive_connection_is_answe
     Broken: the idle connection closed at once, the request sent just after the stop met
     with EOF (seen in 4 runs of 4 with the grace given only to a connection's first
     request); the answer came without ``connection: close`` whenever the app answered within
-    the poll that read the request (asyncio: 4 runs of 4; uvloop: once in a suite run)."""
+    the poll that read the request (asyncio: 4 runs of 4; uvloop: once in a suite run).
+
+    The moment lasts 0.1 s (``NEXT_REQUEST_GRACE``): a request the loaded machine let this
+    process send only later may find the connection closed, as it should. Such a run tells
+    nothing and is run again, with a new server, up to five times; a closed connection under a
+    request sent within 0.1 s of the SIGTERM fails the test, as does any answer without
+    ``connection: close``."""
+    late: list[float] = []
+    for _ in range(5):
+        if request_after_the_stop(loop, late):
+            return
+    pytest.fail(f"every request went out too late to tell (s after SIGTERM): {late}")
+
+
+def request_after_the_stop(loop: str, late: list[float]) -> bool:
+    """One run of the test above: True if the request sent once the listener is closed was
+    answered as it should be, False if it went out too late to tell (appended to ``late``)."""
     with running_server("leak_app:app", "--loop", loop) as server:
         first_answer(server)
         with server.raw() as conn:
             conn.send(request_bytes("GET", "/"))
             assert conn.read_response().status == 200
+            stopped = time.monotonic()
             server.send_signal(signal.SIGTERM)
             server.wait_for_output("Shutting down")
-            poll(lambda: refused(server), timeout=5, interval=0.001, what="the stop")
-            conn.send(request_bytes("GET", "/"))
-            response = conn.read_response()
+            poll(lambda: refused(server), interval=0.001, what="the stop")
+            sent = time.monotonic() - stopped
+            try:
+                conn.send(request_bytes("GET", "/"))
+                response = conn.read_response()
+            except (IncompleteResponse, OSError) as exc:
+                # The connection's 0.1 s starts after the SIGTERM: a request sent sooner than
+                # that after the signal came within it.
+                assert sent >= GRACE, f"closed under a request sent {sent:.3f} s after: {exc}"
+                late.append(round(sent, 3))
+                return False
             assert response.status == 200, server.describe()
             assert response.header("connection") == "close", response.headers
-            assert conn.wait_closed(5)
-        assert server.wait_exit(10) == 0, server.describe()
+            assert conn.wait_closed(WAIT_TIMEOUT)
+        assert server.wait_exit() == 0, server.describe()
+    return True
 
 
 @pytest.mark.parametrize("option", ["--workers-max-rss", "--workers-lifetime"])
@@ -245,13 +288,14 @@ def test_limit_max_requests_replaces_a_worker_once_its_successor_serves(
     replaced and serves on until its successor does: a client sending requests all along
     gets a 200 each time, never waits for a worker to start (with one worker: the port would
     have no one accepting), and sees the workers change. Broken: the worker stopping itself
-    at the limit, its successor started only once it had exited (a request waits the 2 s
+    at the limit, its successor started only once it had exited (a request waits the
     startup; seen so before the worker asked its parent)."""
     with running_server(
         "leak_app:app", "--limit-max-requests", "5", *options, env=SLOW_START
     ) as server:
         first_answer(server)
-        traffic = keep_sending(server, "/", time.monotonic() + 15, pause=0.05, enough=4)
+        deadline = time.monotonic() + TRAFFIC_SECONDS
+        traffic = keep_sending(server, "/", deadline, pause=0.05, enough=4)
         assert len(traffic.distinct) >= 4, (traffic.distinct, server.describe())
         assert traffic.slowest < SLOWEST, (traffic.slowest, server.describe())
         assert "past --limit-max-requests: replacing it" in server.describe()

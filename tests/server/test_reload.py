@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 from serverutil import (
+    WAIT_TIMEOUT,
     ServerProcess,
     ferrule_command,
     pid_alive,
@@ -217,7 +218,8 @@ def test_unwatched_files_do_not_restart_but_new_and_deleted_ones_do(tmp_path: Pa
         for name, change in restarts:
             before = len(workers_started(server))
             change()
-            wait(server, lambda n=before: len(workers_started(server)) > n, f"{name}'s restart", 5)
+            restarted = lambda n=before: len(workers_started(server)) > n  # noqa: E731
+            wait(server, restarted, f"{name}'s restart", WAIT_TIMEOUT)
             server.wait_for_output(rf"detected changes in '[^']*{re.escape(name)}'")
         assert answer(server) is not None
         assert len(workers_started(server)) == 4, server.describe()
@@ -235,7 +237,7 @@ def test_a_worker_that_fails_waits_for_the_next_change(tmp_path: Path) -> None:
         wait_for_body(server, "one")
         write(tmp_path / "watched_app.py", "def broken(:\n")
         # 3: an app that does not import is a startup failure.
-        server.wait_for_output(r"Worker \[\d+\] died \(3\); waiting for file changes", 10)
+        server.wait_for_output(r"Worker \[\d+\] died \(3\); waiting for file changes")
         count = len(workers_started(server))
         time.sleep(QUIET)
         assert len(workers_started(server)) == count == 2, server.describe()
@@ -266,8 +268,8 @@ def test_signal_to_the_parent_stops_the_worker(tmp_path: Path, signum: int, grou
             os.killpg(server.pid, signum)
         else:
             server.send_signal(signum)
-        code = server.wait_exit(5)
-        poll(lambda: not pid_alive(worker), timeout=3, what=f"worker {worker} to exit")
+        code = server.wait_exit()
+        poll(lambda: not pid_alive(worker), what=f"worker {worker} to exit")
     assert code == 0, server.describe()
     assert workers_started(server) == [worker], server.describe()
     assert '"workers" flag is ignored when reloading is enabled.' in server.stderr

@@ -72,7 +72,7 @@ def test_sigusr2_upgrades_to_the_new_code_with_no_request_lost(tmp_path: Path) -
             )
             write_app(tmp_path, "2")
             server.send_signal(signal.SIGUSR2)
-            found = server.wait_for_output(r"new parent process \[(\d+)\] started", timeout=10)
+            found = server.wait_for_output(r"new parent process \[(\d+)\] started")
             new_pid = int(found.group(1))
             assert server.wait_exit(timeout=STARTUP_TIMEOUT + 40) == 0, server.describe()
             gone = len(seen)

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from h1raw import request_bytes
 from serverutil import (
+    WAIT_TIMEOUT,
     ServerProcess,
     ferrule_command,
     is_clean_exit,
@@ -26,13 +27,14 @@ from serverutil import (
 WORKERS = 2
 
 
-def serving_pid(server: ServerProcess) -> dict[str, int]:
-    """One request on a new connection (so the kernel may pick any worker)."""
-    with httpx.Client(base_url=server.base_url, timeout=2, trust_env=False) as client:
+def serving_pid(server: ServerProcess, timeout: float = 10.0) -> dict[str, int]:
+    """One request on a new connection (so the kernel may pick any worker). The timeout is for
+    a request that hangs: a loaded machine takes seconds over some."""
+    with httpx.Client(base_url=server.base_url, timeout=timeout, trust_env=False) as client:
         return client.get("/").json()
 
 
-def collect_workers(server: ServerProcess, count: int, timeout: float = 10.0) -> set[int]:
+def collect_workers(server: ServerProcess, count: int, timeout: float = WAIT_TIMEOUT) -> set[int]:
     """Send requests until ``count`` distinct worker pids have answered."""
     seen: set[int] = set()
 
@@ -62,14 +64,19 @@ def test_each_worker_imports_the_app() -> None:
 
 @pytest.mark.smoke
 def test_killed_worker_is_replaced() -> None:
-    """Rule: a worker that dies (kill -9) is replaced within a second or two and the port keeps
-    serving. Broken: requests fail for good, or no new worker pid shows up within 3 s."""
+    """Rule: a worker that dies (kill -9) is replaced at once and the port keeps serving: the
+    parent logs "starting a new one" (not the delay of a worker that died before serving)
+    within 10 s of the kill (a tenth of a second on an idle machine), and the new worker
+    answers (its import is not timed: a loaded machine makes it take seconds). Broken:
+    requests fail for good, or no new worker, or one only after a delay."""
     with running_server("workers_app:app", "--workers", str(WORKERS)) as server:
         pids = collect_workers(server, WORKERS)
         victim = min(pids)
         os.kill(victim, signal.SIGKILL)
         killed_at = time.monotonic()
-        poll(lambda: not pid_alive(victim), timeout=5, what="the killed worker to disappear")
+        server.wait_for_output(rf"Worker \[{victim}\] died \(-9\); starting a new one\n")
+        replaced_after = time.monotonic() - killed_at
+        poll(lambda: not pid_alive(victim), what="the killed worker to disappear")
         replacement: set[int] = set()
 
         def probe() -> bool:
@@ -82,11 +89,10 @@ def test_killed_worker_is_replaced() -> None:
                 replacement.add(report["pid"])
             return bool(replacement)
 
-        poll(probe, timeout=5, interval=0.01, what="a replacement worker to answer")
-        replaced_after = time.monotonic() - killed_at
+        poll(probe, timeout=30, interval=0.01, what="a replacement worker to answer")
         for _ in range(10):
             assert serving_pid(server)["pid"] != victim
-    assert replaced_after < 3.0, f"replacement answered {replaced_after:.1f}s after the kill"
+    assert replaced_after < 10.0, f"the replacement started {replaced_after:.1f}s after the kill"
 
 
 def test_sigint_to_parent_stops_all_workers() -> None:
@@ -150,12 +156,17 @@ def test_workers_serve_a_unix_socket(tmp_path: Path) -> None:
 # -- --timeout-worker-healthcheck --------------------------------------------------------------
 
 
+#: The health-check timeout of the tests below: long enough that a loaded machine's pauses in
+#: a healthy loop are no missed beats, short against the 60 s blocks the check is to find.
+HEALTHCHECK = 5
+
+
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_worker_with_a_blocked_event_loop_is_replaced(tmp_path: Path, loop: str) -> None:
-    """Rule: with ``--workers 2 --timeout-worker-healthcheck 2``, a worker whose event loop is
+    """Rule: with ``--workers 2 --timeout-worker-healthcheck 5``, a worker whose event loop is
     blocked (``time.sleep(60)`` in an ``async def``) is found out by its missing heartbeats,
     terminated (then killed: the blocked loop never runs the SIGTERM handler) and replaced:
-    the supervisor's warning names its pid within a few seconds, a new worker pid answers,
+    the supervisor's warning names its pid within twice the timeout, a new worker pid answers,
     the blocked worker is gone, its connection closed, and the other worker was left alone.
     Seen failing before the health check: the blocked worker was still alive, its request
     hanging, after 10 s (no new pid ever answered)."""
@@ -165,7 +176,7 @@ def test_worker_with_a_blocked_event_loop_is_replaced(tmp_path: Path, loop: str)
         "--workers",
         "2",
         "--timeout-worker-healthcheck",
-        "2",
+        str(HEALTHCHECK),
         "--loop",
         loop,
         env={"FERRULE_TEST_EVENTS": str(events)},
@@ -182,45 +193,51 @@ def test_worker_with_a_blocked_event_loop_is_replaced(tmp_path: Path, loop: str)
 
             def new_worker() -> int | None:
                 try:
-                    pid = serving_pid(server)["pid"]
+                    pid = serving_pid(server, timeout=2)["pid"]
                 except httpx.HTTPError:  # a connection the blocked worker took: not yet
                     return None
                 return pid if pid not in pids else None
 
             warning = f"Worker [{blocked}] failed its health check"
-            poll(lambda: warning in server.stderr, timeout=10, interval=0.05, what="the warning")
+            poll(lambda: warning in server.stderr, timeout=30, interval=0.05, what="the warning")
             warned_after = time.monotonic() - blocked_at
             # Not timed: until the blocked worker is killed (a health-check timeout after its
             # SIGTERM) its tokio thread still accepts, and each request it takes costs this
             # probe its 2 s timeout; CI once saw the first answer from the new pid at 6.2 s.
-            replacement = poll(new_worker, timeout=15, interval=0.05, what="a new worker")
-            poll(lambda: not pid_alive(blocked), timeout=5, what=f"worker {blocked} to go")
-            assert blocked_conn.wait_closed(5), "the blocked worker's connection stayed open"
+            replacement = poll(new_worker, timeout=30, interval=0.05, what="a new worker")
+            poll(lambda: not pid_alive(blocked), what=f"worker {blocked} to go")
+            assert blocked_conn.wait_closed(WAIT_TIMEOUT), (
+                "the blocked worker's connection stayed open"
+            )
         for _ in range(10):
             assert serving_pid(server)["pid"] in (pids - {blocked}) | {replacement}
-    # 2 s of silence, counted from the last beat (up to 0.5 s before the block), plus the
-    # supervisor's 0.1 s tick: about 2.1 s at most; 4 s leaves room for a loaded machine.
-    assert warned_after < 4, f"the blocked worker was found out {warned_after:.1f}s after the block"
+    # 5 s of silence, counted from the last beat (up to 1 s before the block), plus the
+    # supervisor's 0.1 s tick: about 5.1 s at most; twice the timeout leaves room for a loaded
+    # machine and still fails a check that waits for some other, longer time.
+    assert warned_after < 2 * HEALTHCHECK, (
+        f"the blocked worker was found out {warned_after:.1f}s after the block"
+    )
     healthy = (pids - {blocked}).pop()
     assert f"Worker [{healthy}]" not in server.stderr, server.describe()
 
 
 def test_short_blocks_and_slow_imports_pass_the_health_check(tmp_path: Path) -> None:
     """Rule: the health check spares a worker whose loop is blocked for less than the timeout
-    (1 s with ``--timeout-worker-healthcheck 2``: its request is answered, by the same pid),
-    and workers whose import takes longer than the timeout (3 s): no heartbeat is due before
+    (1 s with ``--timeout-worker-healthcheck 5``: its request is answered, by the same pid),
+    and workers whose import takes longer than the timeout (7 s): no heartbeat is due before
     a worker's first. Seen failing: with the startup grace left out (silence counted from the
-    spawn), each worker was killed at 2 s, mid-import, again and again, and none answered."""
+    spawn), each worker was killed at the timeout, mid-import, again and again, and none
+    answered."""
     events = tmp_path / "events.log"
     with running_server(
         "workers_app:app",
         "--workers",
         "2",
         "--timeout-worker-healthcheck",
-        "2",
-        env={"FERRULE_TEST_EVENTS": str(events), "FERRULE_TEST_IMPORT_DELAY": "3"},
+        str(HEALTHCHECK),
+        env={"FERRULE_TEST_EVENTS": str(events), "FERRULE_TEST_IMPORT_DELAY": "7"},
     ) as server:
-        pids = collect_workers(server, WORKERS, timeout=20)
+        pids = collect_workers(server, WORKERS, timeout=40)
         with server.client(timeout=10) as client:
             for _ in range(3):
                 assert client.get("/block", params={"secs": "1"}).json()["pid"] in pids

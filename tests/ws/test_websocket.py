@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from certs import Certs
-from serverutil import ServerProcess, fetch_record, running_server
+from serverutil import WAIT_TIMEOUT, ServerProcess, fetch_record, running_server
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from wsutil import (
@@ -335,7 +335,7 @@ def test_handshakes_and_closes_are_logged_as_uvicorn_logs_them(server: ServerPro
     )
     server.wait_for_output(rf'{client} - "WebSocket /reject\?tag={tag}" 403', stream="stdout")
     # One session was accepted: one more of each stderr line (the refused one has neither).
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + WAIT_TIMEOUT
     while (
         server.stderr.count("connection open") <= opened
         or server.stderr.count("connection closed") <= closed
