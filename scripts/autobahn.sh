@@ -278,8 +278,12 @@ flock -s 9
 # ---------------------------------------------------------------------------------------------
 # The servers
 # ---------------------------------------------------------------------------------------------
+# Only the peers this run serves: a ferrule-only run (CI's) leaves the host's packages alone.
 missing=()
 for pin in "${PEER_PINS[@]}"; do
+    package="${pin%%==*}"
+    [[ $package == websockets ]] && package=uvicorn # uvicorn's WebSocket implementation
+    [[ " ${SERVERS[*]} " == *" $package "* ]] || continue
     "$PY" -c "import importlib.metadata as m; m.version('${pin%%==*}')" 2>/dev/null || missing+=("$pin")
 done
 if ((${#missing[@]})); then
