@@ -444,6 +444,11 @@ if ((SDIST_CHECK)); then
     py="$(host_python 3.11)"
     [[ -n $py ]] || py="$(command -v python3)"
     note "check_wheel.py on the sdist with $py (builds it from source; cargo target dir: $SDIST_TARGET)"
+    # The sdist's files all carry one old mtime (maturin's, for reproducible sdists), and cargo
+    # names a path package's build by its place in the workspace: the crates of an earlier sdist
+    # built here would look fresh and be linked in (a stale vendor/h2 did so). They go first.
+    (cd "$REPO" && CARGO_TARGET_DIR="$SDIST_TARGET" cargo clean -q -p ferrule -p ferrule-python \
+        -p h2 --profile "$SDIST_PROFILE")
     if timed "check sdist (pip builds it, $SDIST_PROFILE)" \
         env CARGO_TARGET_DIR="$SDIST_TARGET" MATURIN_PEP517_ARGS="--profile $SDIST_PROFILE" \
         "$py" scripts/check_wheel.py "$SDIST"; then
