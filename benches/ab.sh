@@ -9,8 +9,9 @@
 #   benches/ab.sh --h2 /hello /tmp/ferrule-before /tmp/ferrule-after   # HTTP/2: h2load -c10 -m10
 #   benches/ab.sh --app fastapi_app:app /sync /tmp/ferrule-before /tmp/ferrule-after
 #
-# Each run prints requests/s and the server's CPU time (user + system, all threads, from
-# /proc/PID/stat) per request, steadier than requests/s when the machine is busy. --post-kib N
+# Each run prints requests/s, the server's CPU time (user + system, all threads, from
+# /proc/PID/stat) per request, steadier than requests/s when the machine is busy, and over
+# HTTP/1.1 wrk's 99th percentile of latency. --post-kib N
 # sends POSTs with an N KiB body (the echo scenario: --post-kib 10 /echo).
 #
 # DIR_A and DIR_B hold each build as `pip install --no-deps --target DIR wheel` unpacks it.
@@ -42,7 +43,7 @@ fi
 # The load for $2 seconds against URL $1, as wrk reports it ("N requests in", "Requests/sec").
 load() {
     if [ -z "$H2" ]; then
-        taskset -c 1 wrk -t1 -c50 -d"$2" "${WRK_SCRIPT[@]}" "$1"
+        taskset -c 1 wrk -t1 -c50 -d"$2" --latency "${WRK_SCRIPT[@]}" "$1"
         return
     fi
     # HTTP/2 without TLS (h2c), as the HTTP/2 hello scenario; h2load's summary said wrk's way.
@@ -63,15 +64,16 @@ for port in $PORT_A $PORT_B; do
 done
 TICKS=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-# "REQ/S req/s CPU us/req" for one 5-second run against port $1, server pid $2.
+# "REQ/S req/s CPU us/req" for one 5-second run against port $1, server pid $2; over HTTP/1.1
+# also wrk's 99th percentile of latency ("p99 T").
 rate() {
     local before after out
     before=$(cpu_ticks "$2")
     out=$(load "http://127.0.0.1:$1$TARGET" 5)
     after=$(cpu_ticks "$2")
     echo "$out" | awk -v ticks=$((after - before)) -v hz="$TICKS" '
-        /requests in/ {n = $1} /Requests\/sec/ {r = $2}
-        END {printf "%s req/s %.1f us/req", r, ticks * 1e6 / hz / n}'
+        /requests in/ {n = $1} /Requests\/sec/ {r = $2} $1 == "99%" {p = " p99 " $2}
+        END {printf "%s req/s %.1f us/req%s", r, ticks * 1e6 / hz / n, p}'
 }
 for round in $(seq "$ROUNDS"); do
     echo "round $round: A $(rate $PORT_A $SERVER_A)   B $(rate $PORT_B $SERVER_B)"
