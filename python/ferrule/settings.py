@@ -208,6 +208,16 @@ SETTINGS: tuple[Setting, ...] = (
         "copy of the server's.",
         form="flag",
     ),
+    Setting(
+        "gc_freeze",
+        "app",
+        True,
+        "Once the app has started (lifespan startup done), collect garbage once and move what "
+        "is left out of the collector's way (gc.freeze()): collections while serving then "
+        "walk only what requests made.",
+        form="switch",
+        uvicorn=False,
+    ),
     # Workers and reload
     Setting(
         "workers",
