@@ -22,7 +22,8 @@ class Bridge:
 
     Create it on the loop's thread while the loop runs. ``mode`` says how tokio threads get
     the right to drive: ``gated`` (asyncio's selector loop: only while the loop thread is
-    blocked in ``select``), ``loop-only`` (uvloop: every drive is handed to the loop thread).
+    blocked in ``select``), ``loop-only`` (every drive is handed to the loop thread; the only
+    mode uvloop can have); ``auto`` gates a loop that can be gated.
     """
 
     def __init__(
@@ -32,6 +33,7 @@ class Bridge:
         budget: int = 128,
         worker_threads: int = 1,
         trace: bool = False,
+        mode: Literal["auto", "gated", "loop-only"] = "auto",
     ) -> None: ...
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...

@@ -272,5 +272,7 @@ LOOPS = {
     "none": "asyncio",
 }
 LIFESPANS = {"auto": "auto", "on": "on", "off": "off"}
+#: ``--bridge-mode`` (``docs/design.md``, "Two modes").
+BRIDGE_MODES = {"loop-only": "loop-only", "gated": "gated"}
 PROXY_PROTOCOLS = {"off": "off", "v1": "v1", "v2": "v2", "auto": "auto"}
 INTERFACE_CHOICES = {name: name for name in INTERFACES}

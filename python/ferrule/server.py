@@ -319,7 +319,14 @@ class Server:
             raise SystemExit(STARTUP_FAILURE) from None
         # The GIL-wait metric is the trace's histograms.
         trace = self.config.trace_requests or metrics is not None
-        self._bridge = Bridge(loop, budget=self.config.budget, trace=trace)
+        try:
+            self._bridge = Bridge(
+                loop, budget=self.config.budget, trace=trace, mode=self.config.bridge_mode
+            )
+        except ValueError as exc:  # gated on a loop without a selector (uvloop)
+            logger.error("--bridge-mode %s: %s", self.config.bridge_mode, exc)
+            close_all(socks)
+            raise SystemExit(STARTUP_FAILURE) from None
         if not BATCH_POLICY:
             logger.debug(
                 "no SCHED_BATCH on %s: the I/O threads keep the default policy", sys.platform

@@ -283,15 +283,21 @@ def _thread_policies(pid: int) -> dict[str, set[int]]:
     return policies
 
 
-@pytest.mark.parametrize(("loop", "policy"), [("asyncio", 0), ("uvloop", 3)])
-def test_io_threads_run_as_batch_and_python_thread_untouched(loop: str, policy: int) -> None:
-    """Rule: on uvloop (loop-only mode, where the tokio threads only do I/O for the loop thread)
-    ferrule's tokio threads run under SCHED_BATCH (3), so that when they share a core with the
-    loop thread, handing them a response does not preempt the Python work mid-batch; on asyncio
-    (gated mode, where a tokio thread drives coroutines itself) they stay SCHED_OTHER (0); the
-    loop thread (the app's main thread) keeps SCHED_OTHER; FERRULE_IO_SCHED=normal keeps the
-    tokio threads at SCHED_OTHER. Broken (seen before the change): the tokio threads were
-    SCHED_OTHER on uvloop, and the environment variable was ignored.
+@pytest.mark.parametrize(
+    ("loop", "mode", "policy"),
+    [("asyncio", "loop-only", 3), ("uvloop", "loop-only", 3), ("asyncio", "gated", 0)],
+)
+def test_io_threads_run_as_batch_and_python_thread_untouched(
+    loop: str, mode: str, policy: int
+) -> None:
+    """Rule: in loop-only mode (the default, where the tokio threads only do I/O for the loop
+    thread) ferrule's tokio threads run under SCHED_BATCH (3), so that when they share a core
+    with the loop thread, handing them a response does not preempt the Python work mid-batch;
+    in gated mode (asyncio only, where a tokio thread drives coroutines itself) they stay
+    SCHED_OTHER (0); the loop thread (the app's main thread) keeps SCHED_OTHER;
+    FERRULE_IO_SCHED=normal keeps the tokio threads at SCHED_OTHER. Broken (seen before the
+    change): the tokio threads were SCHED_OTHER on uvloop, and the environment variable was
+    ignored.
 
     Why, measured with benches' method (server pinned to one core, wrk -c50), alternated pairs:
     uvloop FastAPI 4,575 / 5,053 -> 7,644 / 6,157 req/s and anyio 6,666 / 4,356 -> 9,471 /
@@ -299,15 +305,55 @@ def test_io_threads_run_as_batch_and_python_thread_untouched(loop: str, policy: 
     13,251, hence not in gated mode. Unpinned, no change beyond noise."""
     # A request first: the worker thread names and schedules itself when it first runs, which
     # on a busy machine came after the running line (1 run in 4 found no ferrule-tokio thread).
-    with running_server("hello_app:app", "--loop", loop) as srv:
+    args = ("--loop", loop, "--bridge-mode", mode)
+    with running_server("hello_app:app", *args) as srv:
         assert srv.get("/").status_code == 200
         policies = _thread_policies(srv.pid)
     assert policies.get("ferrule-tokio") == {policy}, policies
     assert policies["main"] == {0}, policies
-    with running_server("hello_app:app", "--loop", loop, env={"FERRULE_IO_SCHED": "normal"}) as srv:
+    with running_server("hello_app:app", *args, env={"FERRULE_IO_SCHED": "normal"}) as srv:
         assert srv.get("/").status_code == 200
         policies = _thread_policies(srv.pid)
     assert policies.get("ferrule-tokio") == {0}, policies
+
+
+# -- --bridge-mode -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("mode", "handed_over"), [(None, True), ("gated", False)])
+def test_bridge_mode_decides_which_thread_starts_a_request(
+    mode: str | None, handed_over: bool
+) -> None:
+    """Rule: on asyncio, by default (loop-only) every request is handed to the loop's thread to
+    start (the bridge counts a handoff for each); ``--bridge-mode gated`` lets the I/O thread
+    that read a request run it while the loop's thread waits (an app that never waits: no
+    handoff at all). Broken (seen before the setting): the default handed nothing over on
+    asyncio, and the option was refused."""
+    args = ["--loop", "asyncio", "--stats-route", "/s"]
+    if mode is not None:
+        args += ["--bridge-mode", mode]
+    with running_server("hello_app:app", *args) as srv:
+        with srv.client() as client:
+            for _ in range(10):
+                assert client.get("/").status_code == 200
+                time.sleep(0.01)  # the loop's thread back in select: a gated drive may run
+            counters = client.get("/s").json()
+    assert counters["spawned"] >= 10 and counters["collisions"] == 0, counters
+    if handed_over:
+        assert counters["handoffs"] >= 10, counters
+    else:
+        assert counters["handoffs"] < 10, counters
+
+
+def test_gated_bridge_mode_on_uvloop_is_a_startup_error() -> None:
+    """Rule: ``--bridge-mode gated`` with a loop that cannot be gated (uvloop has no selector)
+    stops the server at startup with exit status 3 and a line naming the option. Broken: the
+    server serves in another mode than asked, or fails with a traceback."""
+    argv = ("hello_app:app", "--loop", "uvloop", "--bridge-mode", "gated", "--port", "0")
+    done = run_to_exit(ferrule_command(*argv))
+    assert done.returncode == 3, done.describe()
+    assert "--bridge-mode gated: gated mode needs asyncio's selector event loop" in done.stderr
+    assert "Traceback" not in done.stderr, done.describe()
 
 
 # -- --use-colors ------------------------------------------------------------------------------

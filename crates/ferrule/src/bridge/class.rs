@@ -68,13 +68,14 @@ impl Bridge {
 #[pymethods]
 impl Bridge {
     #[new]
-    #[pyo3(signature = (event_loop, *, budget=128, worker_threads=1, trace=false))]
+    #[pyo3(signature = (event_loop, *, budget=128, worker_threads=1, trace=false, mode="auto"))]
     fn new(
         py: Python<'_>,
         event_loop: Bound<'_, PyAny>,
         budget: u32,
         worker_threads: usize,
         trace: bool,
+        mode: &str,
     ) -> PyResult<Self> {
         if budget == 0 {
             return Err(PyValueError::new_err("budget must be at least 1"));
@@ -86,11 +87,20 @@ impl Bridge {
         let ready = event_loop.getattr_opt(intern!(py, "_ready"))?;
         let scheduled = event_loop.getattr_opt(intern!(py, "_scheduled"))?;
         let selector = event_loop.getattr_opt(intern!(py, "_selector"))?;
-        let mode = if selector.is_some() && ready.is_some() && scheduled.is_some() {
-            Mode::Gated
-        } else {
-            Mode::LoopOnly
-        };
+        let gateable = selector.is_some() && ready.is_some() && scheduled.is_some();
+        let mode =
+            match (mode, gateable) {
+                ("auto" | "gated", true) => Mode::Gated,
+                ("auto", false) | ("loop-only", _) => Mode::LoopOnly,
+                ("gated", false) => return Err(PyValueError::new_err(
+                    "gated mode needs asyncio's selector event loop (this loop has no selector)",
+                )),
+                (other, _) => {
+                    return Err(PyValueError::new_err(format!(
+                        "mode must be 'auto', 'gated' or 'loop-only', not {other:?}"
+                    )))
+                }
+            };
         // In loop-only mode the tokio threads only do I/O for the loop thread, which must not
         // be preempted each time it hands them a response: they run as batch threads. Not in
         // gated mode, where a tokio thread drives the coroutines itself (asyncio's task

@@ -20,18 +20,20 @@ use super::queue::{LoopStart, ReadyQueue};
 use super::trace::Trace;
 use super::waker::LoopWaker;
 
-/// How tokio threads get the right to drive, chosen from the loop.
+/// How tokio threads get the right to drive: gated only on a selector loop, and only when asked
+/// (`Bridge(mode=...)`, "auto" gates whatever loop can be gated).
 ///
 /// 3.14's per-thread current task removes the task collision, but not the other reason for
 /// exclusion: a driven coroutine runs asyncio code (`call_soon`, `call_later`'s heap push, whose
 /// comparisons are Python code the GIL can switch out of) that must not interleave with the loop
 /// thread's `_run_once`, and on uvloop must not run off the loop thread at all (libuv is not
-/// thread-safe). So the mode depends on the loop alone.
+/// thread-safe). So the Python version does not choose the mode.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Mode {
     /// Selector loop: a tokio thread drives only while the loop thread is blocked in `select`.
     Gated,
-    /// No selector to gate (uvloop): every drive is handed to the loop thread.
+    /// Every drive is handed to the loop thread: uvloop (no selector to gate), or any loop
+    /// when asked.
     LoopOnly,
 }
 
