@@ -1,7 +1,7 @@
 """The servers as deployed: the CPU a hello request costs each server started the way a new user
 starts it, access log and all, and how much of ferrule's request its access line is.
 
-    python3 benches/defaults.py                            # every row, 5 rounds of 5 s: ~4 minutes
+    python3 benches/defaults.py                            # every row, 5 rounds of 5 s: ~6 minutes
     python3 benches/defaults.py --ferrule-path DIR         # ferrule imported from DIR first
     python3 benches/defaults.py --rounds 3 --seconds 5     # the "before" figure's run
     python3 benches/defaults.py --rounds 1 --seconds 2     # a quick check that it all runs
@@ -18,8 +18,12 @@ GET /hello of benches/apps.py, one row per server and setting:
     ferrule-pipe, uvicorn-pipe, granian-access-log-pipe
                              the same, stdout (and stderr) a pipe read by another process
     ferrule-no-access-log    ferrule apps:app --port P --no-access-log  (the reference)
+    ferrule-asyncio, uvicorn-plain, granian-asyncio
+                             each as a plain `pip install` runs it: --loop asyncio (uvicorn
+                             also --http h11), since uvloop is not there to be picked
 
-Nothing else on the command lines: no --log-level, no --loop, no --workers. Each server runs
+Nothing else on the command lines: no --log-level, no --workers, and no --loop but in the last
+three rows. Each server runs
 as `python3 -m NAME ...` (what the `NAME` script runs) under `taskset -c 0`, in benches/, with
 PYTHONUNBUFFERED=1, its stdout and stderr to a log file (harness.ServerProcess), or for the
 -pipe rows to a pipe that `cat` on CPU 1 reads continuously and copies to the log file, as a
@@ -30,6 +34,8 @@ container runtime reads a container's stdout. The report's four sections:
     3. the same, stdout a pipe    ferrule-pipe, uvicorn-pipe, granian-access-log-pipe
     4. reference                  ferrule-no-access-log: (ferrule - this) / ferrule is the access
                                   line's share of a ferrule request's CPU
+    5. a plain pip install        ferrule-asyncio, uvicorn-plain, granian-asyncio: each server as
+                                  it runs without uvloop (uvicorn also without httptools)
 
 Every row's server runs at once (idle ones cost nothing); wrk -t1 -c50 on CPU 1. After a
 warm-up of each, each round runs every row once, one row further along each round, so all rows
@@ -107,6 +113,10 @@ ROWS = [
     Row("uvicorn-pipe", UVICORN, logs=True, stdout="pipe"),
     Row("granian-access-log-pipe", GRANIAN + " --access-log", logs=True, stdout="pipe"),
     Row("ferrule-no-access-log", FERRULE + " --no-access-log", logs=False),
+    # What a plain `pip install` of each gives: no uvloop (and for uvicorn no httptools).
+    Row("ferrule-asyncio", FERRULE + " --loop asyncio", logs=True),
+    Row("uvicorn-plain", UVICORN + " --loop asyncio --http h11", logs=True),
+    Row("granian-asyncio", GRANIAN + " --loop asyncio", logs=False),
 ]
 ROWS_BY_NAME = {row.name: row for row in ROWS}
 
@@ -131,6 +141,11 @@ SECTIONS = [
         "4. Reference: ferrule --no-access-log (what the access log costs is the difference)",
         ("ferrule", "ferrule-no-access-log"),
         "ferrule",
+    ),
+    (
+        "5. A plain pip install of each (no uvloop; uvicorn without httptools): asyncio's loop",
+        ("ferrule-asyncio", "uvicorn-plain", "granian-asyncio"),
+        "ferrule-asyncio",
     ),
 ]
 
