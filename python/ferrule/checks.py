@@ -272,5 +272,7 @@ LOOPS = {
     "none": "asyncio",
 }
 LIFESPANS = {"auto": "auto", "on": "on", "off": "off"}
+#: Who steps the app's own tasks: ferrule's bridge (its task factory) or asyncio's ``Task``.
+TASK_IMPLS = {"bridge": "bridge", "asyncio": "asyncio"}
 PROXY_PROTOCOLS = {"off": "off", "v1": "v1", "v2": "v2", "auto": "auto"}
 INTERFACE_CHOICES = {name: name for name in INTERFACES}

@@ -24,6 +24,7 @@ from ferrule.checks import (
     LIFESPANS,
     LOOPS,
     SSL_CIPHERS,
+    TASK_IMPLS,
     SSL_VERSIONS,
     WS_CHOICES,
     as_list,
@@ -199,6 +200,16 @@ SETTINGS: tuple[Setting, ...] = (
         "means uvloop and none asyncio.",
         choices=tuple(LOOPS),
         check=checks.choice(LOOPS),
+    ),
+    Setting(
+        "task_impl",
+        "app",
+        "asyncio",
+        "Who steps the tasks the app creates (create_task, task groups, gather): bridge, "
+        "ferrule's core, as it steps each request's coroutine; or asyncio, its own Task.",
+        choices=tuple(TASK_IMPLS),
+        check=checks.choice(TASK_IMPLS),
+        uvicorn=False,
     ),
     Setting(
         "reset_contextvars",

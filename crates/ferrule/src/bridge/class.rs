@@ -14,6 +14,7 @@ use pyo3::types::PyDict;
 use super::asyncio::AsyncioApi;
 use super::counters::{bump, Counters};
 use super::drain::DrainOnLoop;
+use super::factory::TaskFactory;
 use super::ffi;
 use super::gate::LoopGate;
 use super::job::{CancelJobWithFuture, Completion, Job, Resume};
@@ -137,6 +138,7 @@ impl Bridge {
             counters,
             trace: Trace::new(trace),
             jobs: Mutex::new(HashMap::default()),
+            app_tasks: Mutex::new(HashMap::default()),
             next_id: AtomicU64::new(1),
             handle: runtime.handle().clone(),
             runtime: Mutex::new(Some(runtime)),
@@ -212,6 +214,18 @@ impl Bridge {
         self.shared
             .resume_soon_on_loop(py, job.unbind(), Resume::Send(py.None()))?;
         Ok(future)
+    }
+
+    /// A task factory for `loop.set_task_factory`: the app's tasks on this bridge's loop are
+    /// driven by the bridge (see `factory`).
+    fn task_factory(&self, py: Python<'_>) -> PyResult<Py<TaskFactory>> {
+        Py::new(py, TaskFactory::new(self.shared.clone()))
+    }
+
+    /// App-made tasks the bridge drives that have not finished.
+    #[getter]
+    fn app_tasks(&self) -> usize {
+        self.shared.app_tasks.lock().unwrap().len()
     }
 
     /// A native awaitable a tokio timer resolves with `value` after `seconds`.

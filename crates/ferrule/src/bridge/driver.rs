@@ -57,7 +57,8 @@ pub fn drive(
     let first_drive = this.drive_count() == 1;
     let trace = &shared.trace;
     if trace.enabled() {
-        let waited = if first_drive {
+        // An app-made task's first drive waited on a `call_soon`, as any resume does.
+        let waited = if first_drive && !this.app_task {
             &trace.first_drive
         } else {
             &trace.resume_wait
@@ -126,7 +127,7 @@ fn run_steps(
         if let Some(cancelled) = this.take_must_cancel(py, &shared.api) {
             resume = Resume::Throw(cancelled);
         }
-        match send_and_classify(py, shared, job, resume) {
+        match send_and_classify(py, shared, job, task, resume) {
             Step::Continue(next) => resume = next,
             // A bare yield (`asyncio.sleep(0)`) asks to let whatever else is ready run first.
             // On a tokio thread, while the loop thread waits in `select` with nothing ready and
@@ -152,6 +153,7 @@ fn send_and_classify(
     py: Python<'_>,
     shared: &Arc<Shared>,
     job: &Bound<'_, Job>,
+    task: &Bound<'_, PyAny>,
     resume: Resume,
 ) -> Step {
     let coro = job.get().coro.bind(py);
@@ -161,7 +163,7 @@ fn send_and_classify(
     };
     match sent {
         Ok(Sent::Returned(value)) => Step::Finished(Ok(value.unbind())),
-        Ok(Sent::Yielded(yielded)) => match classify(py, shared, job, &yielded) {
+        Ok(Sent::Yielded(yielded)) => match classify(py, shared, job, task, &yielded) {
             Ok(step) => step,
             Err(err) => Step::Continue(Resume::Throw(err.into_value(py).into_any())),
         },
@@ -187,6 +189,7 @@ fn classify(
     py: Python<'_>,
     shared: &Arc<Shared>,
     job: &Bound<'_, Job>,
+    task: &Bound<'_, PyAny>,
     yielded: &Bound<'_, PyAny>,
 ) -> PyResult<Step> {
     let this = job.get();
@@ -218,6 +221,12 @@ fn classify(
         )));
     }
     yielded.setattr(intern!(py, "_asyncio_future_blocking"), false)?;
+    if yielded.is(task) {
+        return Err(PyRuntimeError::new_err(format!(
+            "Task cannot await on itself: {}",
+            task.repr()?
+        )));
+    }
     let future_loop = yielded.call_method0(intern!(py, "get_loop"))?;
     if !future_loop.is(&shared.event_loop) {
         return Err(PyRuntimeError::new_err(format!(

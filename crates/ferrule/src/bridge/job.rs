@@ -26,6 +26,8 @@ pub enum Completion {
     Future(Py<PyAny>),
     /// A Rust continuation (the HTTP server's request handling).
     Callback(ResultCallback),
+    /// The app-made `Task` that stands for the coroutine (`factory`): its own future state.
+    Task(Py<PyAny>),
 }
 
 /// What a suspended coroutine waits on, so cancelling it can cancel that.
@@ -60,6 +62,8 @@ pub struct Job {
     /// when the job finishes.
     task: Mutex<Option<TaskSlot>>,
     pub(crate) drives: AtomicU32,
+    /// Made by the task factory: its task is the app's, its first drive no request's.
+    pub(crate) app_task: bool,
     /// Trace mark (see `trace`) of when the coroutine last became ready to go on; 0 for none.
     resumable_since: AtomicU64,
     state: Mutex<JobState>,
@@ -95,6 +99,7 @@ impl Job {
             context: context.unbind(),
             task: Mutex::new(None),
             drives: AtomicU32::new(0),
+            app_task: false,
             resumable_since: AtomicU64::new(0),
             state: Mutex::new(JobState {
                 waiting: Waiting::Nothing,
@@ -106,6 +111,27 @@ impl Job {
                 pending_resume: None,
             }),
         })
+    }
+
+    /// A job for an app-made `task` over `coro`, run in `context` (the task's own).
+    pub fn for_app_task(
+        py: Python<'_>,
+        id: u64,
+        coro: &Bound<'_, PyAny>,
+        task: &Bound<'_, PyAny>,
+        context: Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let completion = Completion::Task(task.clone().unbind());
+        let mut job = Self::new(py, id, coro, completion, Some(context))?;
+        job.task = Mutex::new(Some(TaskSlot::app_task(task.clone().unbind())));
+        job.app_task = true;
+        Ok(job)
+    }
+
+    /// The cancellation requested and not yet delivered when the coroutine ended: a task
+    /// cancelled during its last step ends cancelled, as `Task.__step` has it.
+    pub fn take_undelivered_cancel(&self) -> Option<Option<Py<PyAny>>> {
+        self.state.lock().unwrap().must_cancel.take()
     }
 
     /// The job's `DriverTask`, made on first use (by `api`, with the loop's `ready` queue, which
@@ -236,6 +262,11 @@ impl Job {
 
     fn cancelling(&self) -> u32 {
         self.state.lock().unwrap().cancels
+    }
+
+    /// `uncancel()` down to zero withdraws a cancellation not yet thrown in (3.13+).
+    fn withdraw_cancel(&self) {
+        self.state.lock().unwrap().must_cancel = None;
     }
 
     fn uncancel(&self) -> u32 {

@@ -60,6 +60,9 @@ pub struct Shared {
     pub counters: Arc<Counters>,
     pub trace: Trace,
     pub(super) jobs: Mutex<HashMap<u64, Py<Job>, BuildHasherDefault<JobIdHasher>>>,
+    /// The task factory's jobs, apart: no request waits on them, and shutdown leaves them to
+    /// the loop's own cancellation of its tasks (they are in `all_tasks()`).
+    pub(super) app_tasks: Mutex<HashMap<u64, Py<Job>, BuildHasherDefault<JobIdHasher>>>,
     pub(super) next_id: AtomicU64,
     pub handle: tokio::runtime::Handle,
     pub(super) runtime: Mutex<Option<tokio::runtime::Runtime>>,
@@ -119,6 +122,13 @@ impl Shared {
             .insert(job.get().id, job.clone().unbind());
     }
 
+    pub(crate) fn remember_app_task(&self, job: &Bound<'_, Job>) {
+        self.app_tasks
+            .lock()
+            .unwrap()
+            .insert(job.get().id, job.clone().unbind());
+    }
+
     pub(super) fn forget_job(&self, id: u64) {
         let job = self.jobs.lock().unwrap().remove(&id);
         if job.is_some() {
@@ -133,8 +143,18 @@ impl Shared {
         let Some((completion, slot)) = this.end() else {
             return;
         };
-        self.forget_job(this.id);
-        if let Some(TaskSlot { task, must_finish }) = slot {
+        if this.app_task {
+            let job = self.app_tasks.lock().unwrap().remove(&this.id);
+            drop(job);
+        } else {
+            self.forget_job(this.id);
+        }
+        if let Some(TaskSlot {
+            task,
+            must_finish,
+            reusable,
+        }) = slot
+        {
             // Break the task -> job reference cycle, and on 3.11 (where the sentinel never ran)
             // mark the task done so nothing waits on it forever.
             let bound = task.task.bind(py);
@@ -146,7 +166,9 @@ impl Shared {
                     .bind(py)
                     .call1((bound, py.None()));
             }
-            self.api.recycle(py, task);
+            if reusable {
+                self.api.recycle(py, task);
+            }
         }
         match completion {
             Some(Completion::Future(future)) => {
@@ -155,6 +177,12 @@ impl Shared {
                 }
             }
             Some(Completion::Callback(callback)) => callback(py, result),
+            Some(Completion::Task(task)) => {
+                let cancel = this.take_undelivered_cancel();
+                if let Err(err) = deliver_to_task(py, task.bind(py), result, cancel, self) {
+                    err.write_unraisable(py, Some(task.bind(py)));
+                }
+            }
             None => {}
         }
     }
@@ -273,6 +301,38 @@ fn deliver_to_future(
         }
         Err(error) => future.call_method1(intern!(py, "set_exception"), (error.into_value(py),))?,
     };
+    Ok(())
+}
+
+/// Ends an app-made task's future state as `Task.__step` does: the coroutine's return value,
+/// its exception, or cancelled (with the message of the `CancelledError` it raised, or of a
+/// cancellation requested during its last step).
+fn deliver_to_task(
+    py: Python<'_>,
+    task: &Bound<'_, PyAny>,
+    result: PyResult<Py<PyAny>>,
+    undelivered_cancel: Option<Option<Py<PyAny>>>,
+    shared: &Shared,
+) -> PyResult<()> {
+    let api = &shared.api;
+    match (result, undelivered_cancel) {
+        (Ok(_), Some(msg)) => {
+            api.future_cancel.bind(py).call1((task, msg))?;
+        }
+        (Ok(value), None) => {
+            api.future_set_result.bind(py).call1((task, value))?;
+        }
+        (Err(error), _) if error.is_instance(py, api.cancelled_error.bind(py)) => {
+            let args = error.value(py).getattr(intern!(py, "args"))?;
+            let msg = args.get_item(0).ok();
+            api.future_cancel.bind(py).call1((task, msg))?;
+        }
+        (Err(error), _) => {
+            api.future_set_exception
+                .bind(py)
+                .call1((task, error.into_value(py)))?;
+        }
+    }
     Ok(())
 }
 
