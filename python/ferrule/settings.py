@@ -24,8 +24,8 @@ from ferrule.checks import (
     LIFESPANS,
     LOOPS,
     SSL_CIPHERS,
-    TASK_IMPLS,
     SSL_VERSIONS,
+    TASK_IMPLS,
     WS_CHOICES,
     as_list,
 )

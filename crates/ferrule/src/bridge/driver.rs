@@ -227,7 +227,14 @@ fn classify(
             task.repr()?
         )));
     }
-    let future_loop = yielded.call_method0(intern!(py, "get_loop"))?;
+    // `futures._get_loop`: a future without `get_loop` is asked for its `_loop`.
+    let future_loop = match yielded.call_method0(intern!(py, "get_loop")) {
+        Ok(found) => found,
+        Err(err) if err.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) => {
+            yielded.getattr(intern!(py, "_loop"))?
+        }
+        Err(err) => return Err(err),
+    };
     if !future_loop.is(&shared.event_loop) {
         return Err(PyRuntimeError::new_err(format!(
             "Task {} got Future {} attached to a different loop",
