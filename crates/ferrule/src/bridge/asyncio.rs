@@ -67,7 +67,8 @@ class Task(asyncio.Task):
     __slots__ = ("_ferrule_job",)
 
     def cancel(self, msg=None):
-        job = self._ferrule_job
+        # Unset when the class is built without the factory (an eager task factory over it).
+        job = getattr(self, "_ferrule_job", None)
         if job is None:
             return super().cancel(msg)
         if not job.cancel(msg):
@@ -79,7 +80,7 @@ class Task(asyncio.Task):
 
     def uncancel(self):
         left = super().uncancel()
-        job = self._ferrule_job
+        job = getattr(self, "_ferrule_job", None)
         if left == 0 and job is not None and UNCANCEL_WITHDRAWS:
             job.withdraw_cancel()
         return left

@@ -139,6 +139,8 @@ impl Bridge {
             trace: Trace::new(trace),
             jobs: Mutex::new(HashMap::default()),
             app_tasks: Mutex::new(HashMap::default()),
+            loop_exit: Mutex::new(None),
+            loop_exit_set: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
             handle: runtime.handle().clone(),
             runtime: Mutex::new(Some(runtime)),

@@ -63,6 +63,11 @@ pub struct Shared {
     /// The task factory's jobs, apart: no request waits on them, and shutdown leaves them to
     /// the loop's own cancellation of its tasks (they are in `all_tasks()`).
     pub(super) app_tasks: Mutex<HashMap<u64, Py<Job>, BuildHasherDefault<JobIdHasher>>>,
+    /// A `KeyboardInterrupt` or `SystemExit` an app-made task ended with: the loop thread's
+    /// next bridge callback raises it out of the loop, as `Task.__step` does.
+    pub(super) loop_exit: Mutex<Option<PyErr>>,
+    /// Whether `loop_exit` holds one: every loop-thread callback looks, without the lock.
+    pub(super) loop_exit_set: AtomicBool,
     pub(super) next_id: AtomicU64,
     pub handle: tokio::runtime::Handle,
     pub(super) runtime: Mutex<Option<tokio::runtime::Runtime>>,
@@ -222,6 +227,19 @@ impl Shared {
         )
     }
 
+    /// Raises, out of a loop-thread callback, what an app-made task ended with that must stop
+    /// the loop (see `loop_exit`).
+    pub(super) fn raise_loop_exit(&self) -> PyResult<()> {
+        if !self.loop_exit_set.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.loop_exit_set.store(false, Ordering::Release);
+        match self.loop_exit.lock().unwrap().take() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
     /// Wakes the loop thread: from a tokio worker, once it runs out of work (see `waker`).
     pub(super) fn wake(&self) {
         self.waker.wake_soon();
@@ -328,6 +346,12 @@ fn deliver_to_task(
             api.future_cancel.bind(py).call1((task, msg))?;
         }
         (Err(error), _) => {
+            let exits_loop = error.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py)
+                || error.is_instance_of::<pyo3::exceptions::PySystemExit>(py);
+            if exits_loop {
+                *shared.loop_exit.lock().unwrap() = Some(error.clone_ref(py));
+                shared.loop_exit_set.store(true, Ordering::Release);
+            }
             api.future_set_exception
                 .bind(py)
                 .call1((task, error.into_value(py)))?;
