@@ -7,8 +7,10 @@ CPython's own task suites, run with the factory on every loop, are ``scripts/tas
 
 from __future__ import annotations
 
+import asyncio
 import time
 
+import ferrule
 import pytest
 from loopkinds import LOOP_KINDS
 from serverutil import running_server, wait_for_event
@@ -80,3 +82,28 @@ def test_background_tasks_are_cancelled_at_shutdown_without_delaying_it(
         assert time.monotonic() - started < 15, server.describe()
     wait_for_event(events, "background-cancelled")
     wait_for_event(events, "lifespan-background-cancelled")
+
+
+def test_first_steps_keep_their_order_with_the_loops_callbacks(run) -> None:
+    """Rule: tasks made by a coroutine the bridge drives take their first steps in the order
+    they were made, and in order with callbacks scheduled between them, as asyncio's queue
+    orders them, whether the first step runs on the loop or right after the drive on the
+    tokio thread (done when nothing else was waiting for the loop). Broken if every task made
+    during a tokio drive ran after it: ``c`` before the callback ``b``."""
+
+    async def step(name: str, order: list[str]) -> None:
+        order.append(name)
+
+    async def driven() -> list[str]:
+        order: list[str] = []
+        loop = asyncio.get_running_loop()
+        first = asyncio.create_task(step("a", order))
+        loop.call_soon(order.append, "b")
+        last = asyncio.create_task(step("c", order))
+        await asyncio.gather(first, last)
+        return order
+
+    async def main(bridge: ferrule.Bridge) -> list[list[str]]:
+        return [await bridge.spawn(driven()) for _ in range(20)]
+
+    assert run(main, task_factory=True).result == [["a", "b", "c"]] * 20

@@ -139,6 +139,7 @@ impl Bridge {
             trace: Trace::new(trace),
             jobs: Mutex::new(HashMap::default()),
             app_tasks: Mutex::new(HashMap::default()),
+            tokio_next: Mutex::new(std::collections::VecDeque::new()),
             loop_exit: Mutex::new(None),
             loop_exit_set: AtomicBool::new(false),
             next_id: AtomicU64::new(1),

@@ -13,6 +13,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 
+use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -22,6 +23,14 @@ use super::job::{Completion, Job, Resume, Waiting};
 use super::native::NativeFuture;
 use super::resume::ResumeCallback;
 use super::shared::Shared;
+
+/// App-made tasks one tokio drive may still take on after it (0: this thread holds no drive):
+/// a task that makes a task at every step must not keep the loop thread waiting for good.
+const TOKIO_FIRST_DRIVES: u32 = 16;
+
+thread_local! {
+    static FIRST_DRIVES_LEFT: Cell<u32> = const { Cell::new(0) };
+}
 
 /// Which thread is driving: decides how a coroutine that must wait for the loop is rescheduled.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -301,6 +310,29 @@ impl Shared {
         Ok(())
     }
 
+    /// Schedules an app-made task's first drive, as `Task.__init__` schedules its first step.
+    /// Made during a tokio drive while nothing waits for the loop (its ready queue and ours
+    /// empty), that step would be the loop's next callback: it runs on this thread right
+    /// after the drive instead, sparing the loop a wake-up and an iteration. Anything
+    /// scheduled after it still runs after it.
+    pub(super) fn schedule_first_drive(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        job: Bound<'_, Job>,
+    ) -> PyResult<()> {
+        let left = FIRST_DRIVES_LEFT.with(Cell::get);
+        if left > 0 && self.loop_has_nothing_ready(py) {
+            FIRST_DRIVES_LEFT.with(|cell| cell.set(left - 1));
+            self.tokio_next.lock().unwrap().push_back(job.unbind());
+            return Ok(());
+        }
+        self.resume_soon_on_loop(py, job.unbind(), Resume::Send(py.None()))
+    }
+
+    fn take_tokio_next(&self) -> Option<Py<Job>> {
+        self.tokio_next.lock().unwrap().pop_front()
+    }
+
     /// On the loop thread: run the job's next step in a later loop iteration.
     pub(super) fn resume_soon_on_loop(
         self: &Arc<Self>,
@@ -356,7 +388,18 @@ impl Shared {
             return;
         }
         let (ready_before, scheduled_before) = self.loop_queue_marks(py);
+        FIRST_DRIVES_LEFT.with(|left| left.set(TOKIO_FIRST_DRIVES));
         drive(py, self, job, resume, Place::Tokio);
+        while let Some(next) = self.take_tokio_next() {
+            drive(
+                py,
+                self,
+                next.bind(py),
+                Resume::Send(py.None()),
+                Place::Tokio,
+            );
+        }
+        FIRST_DRIVES_LEFT.with(|left| left.set(0));
         let (ready_after, scheduled_after) = self.loop_queue_marks(py);
         self.queue.end_tokio_drive();
         // A coroutine that completed without touching asyncio leaves both unchanged: no wake.

@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::ffi;
-use super::job::{Job, Resume};
+use super::job::Job;
 use super::shared::Shared;
 
 #[pyclass(frozen, module = "ferrule._ferrule")]
@@ -70,7 +70,7 @@ impl TaskFactory {
         let job = Bound::new(py, job)?;
         task.setattr(intern!(py, "_ferrule_job"), &job)?;
         shared.remember_app_task(&job);
-        shared.resume_soon_on_loop(py, job.unbind(), Resume::Send(py.None()))?;
+        shared.schedule_first_drive(py, job)?;
         Ok(task)
     }
 }

@@ -2,7 +2,7 @@
 //! flight, handing a job to the loop thread, finishing a job. Driving one is `driver`'s.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -63,6 +63,9 @@ pub struct Shared {
     /// The task factory's jobs, apart: no request waits on them, and shutdown leaves them to
     /// the loop's own cancellation of its tasks (they are in `all_tasks()`).
     pub(super) app_tasks: Mutex<HashMap<u64, Py<Job>, BuildHasherDefault<JobIdHasher>>>,
+    /// App-made tasks whose first drive follows the current tokio drive on its thread, in the
+    /// order they were made (see `Shared::schedule_first_drive`).
+    pub(super) tokio_next: Mutex<VecDeque<Py<Job>>>,
     /// A `KeyboardInterrupt` or `SystemExit` an app-made task ended with: the loop thread's
     /// next bridge callback raises it out of the loop, as `Task.__step` does.
     pub(super) loop_exit: Mutex<Option<PyErr>>,
