@@ -86,6 +86,14 @@ class Task(asyncio.Task):
         return left
 
 
+    if __import__("sys").version_info[:2] == (3, 13):
+        # 3.13's create_task names a factory's task with set_name(name) even when no name was
+        # given, which would name it "None" instead of keeping "Task-N".
+        def set_name(self, value):
+            if value is not None:
+                super().set_name(value)
+
+
 # 3.13 made uncancel() to zero also withdraw a cancellation not yet delivered.
 UNCANCEL_WITHDRAWS = __import__("sys").version_info >= (3, 13)
 "#;
@@ -145,7 +153,7 @@ pub struct AsyncioApi {
     /// The loop's instance `__dict__`, where a `call_soon` put for the length of `Task()`
     /// catches the task's first step (none on a loop without one).
     loop_dict: Option<Py<PyDict>>,
-    swallow_step: Py<PyAny>,
+    swallow_step: Py<SwallowStep>,
     task_kwargs: Py<PyDict>,
     get_weakref_count: Py<PyAny>,
     /// Finished `DriverTask`s nobody else can see, ready to stand for another coroutine.
@@ -193,19 +201,24 @@ impl TaskSlot {
     }
 }
 
-/// Stands for `loop.call_soon` while `Task.__init__` runs: takes the task's first step and
+/// Stands for `loop.call_soon` while `Task.__init__` runs: keeps the task's first step (the
+/// task's own `__step`, which the bridge calls to hand a cancelled task back to `Task`) and
 /// schedules nothing, since the bridge drives the coroutine instead.
 #[pyclass(frozen, module = "ferrule._ferrule")]
-struct SwallowStep;
+struct SwallowStep {
+    caught: Mutex<Option<Py<PyAny>>>,
+}
 
 #[pymethods]
 impl SwallowStep {
-    #[pyo3(signature = (*_args, **_kwargs))]
+    #[pyo3(signature = (step, *_args, **_kwargs))]
     fn __call__(
         &self,
+        step: Py<PyAny>,
         _args: &Bound<'_, pyo3::types::PyTuple>,
         _kwargs: Option<&Bound<'_, PyDict>>,
     ) {
+        *self.caught.lock().unwrap() = Some(step);
     }
 }
 
@@ -255,7 +268,12 @@ impl AsyncioApi {
                 .getattr_opt(intern!(py, "__dict__"))?
                 .and_then(|d| d.cast_into::<PyDict>().ok())
                 .map(Bound::unbind),
-            swallow_step: Py::new(py, SwallowStep)?.into_any(),
+            swallow_step: Py::new(
+                py,
+                SwallowStep {
+                    caught: Mutex::new(None),
+                },
+            )?,
             task_kwargs: task_kwargs.unbind(),
             get_weakref_count: py.import("weakref")?.getattr("getweakrefcount")?.unbind(),
             idle_tasks: Mutex::new(Vec::new()),
@@ -406,14 +424,14 @@ impl AsyncioApi {
     }
 
     /// A `Task` over the app's `coro` whose first step is never scheduled (the bridge drives
-    /// the coroutine), or `None` if this loop gives no way to keep it out (no instance dict).
-    /// `kwargs` are `Task`'s own (`loop`, `name`, `context`).
+    /// the coroutine), with that step; or `None` if this loop gives no way to keep it out (no
+    /// instance dict). `kwargs` are `Task`'s own (`loop`, `name`, `context`).
     pub fn app_task<'py>(
         &self,
         py: Python<'py>,
         coro: &Bound<'py, PyAny>,
         kwargs: &Bound<'py, PyDict>,
-    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+    ) -> PyResult<Option<(Bound<'py, PyAny>, Option<Py<PyAny>>)>> {
         let Some(dict) = &self.loop_dict else {
             return Ok(None);
         };
@@ -426,7 +444,8 @@ impl AsyncioApi {
         dict.set_item(call_soon, &self.swallow_step)?;
         let made = self.app_task.bind(py).call((coro,), Some(kwargs));
         dict.del_item(call_soon)?;
-        made.map(Some)
+        let step = self.swallow_step.get().caught.lock().unwrap().take();
+        Ok(Some((made?, step)))
     }
 
     /// asyncio's own `Task(coro, **kwargs)`, for a loop the bridge does not drive.

@@ -62,6 +62,12 @@ pub fn drive(
     place: Place,
 ) -> bool {
     let this = job.get();
+    if this.app_task && matches!(&resume, Resume::Send(value) if value.is_none(py)) {
+        if let Some(own_step) = this.take_own_step_if_cancelled() {
+            hand_back(py, shared, job, own_step);
+            return true;
+        }
+    }
     bump(&shared.counters.drives);
     let first_drive = this.drive_count() == 1;
     let trace = &shared.trace;
@@ -100,6 +106,18 @@ pub fn drive(
             reschedule(py, shared, job, resume, place);
             false
         }
+    }
+}
+
+/// Hands an app-made task that was asked to cancel back to `Task`: its own `__step` takes
+/// this step, with the cancellation `Task.cancel` recorded, and every step after it. The
+/// coroutine's last `CancelledError` is then the very one `await task` raises (`Task` keeps
+/// it; from outside, the bridge could only end the task cancelled with a new one), and what
+/// follows a cancellation (a timeout's, a task group's) is `Task`'s own.
+fn hand_back(py: Python<'_>, shared: &Arc<Shared>, job: &Bound<'_, Job>, own_step: Py<PyAny>) {
+    shared.retire_app_task(job);
+    if let Err(err) = own_step.bind(py).call0() {
+        err.write_unraisable(py, Some(own_step.bind(py)));
     }
 }
 

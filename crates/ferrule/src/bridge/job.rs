@@ -64,6 +64,9 @@ pub struct Job {
     pub(crate) drives: AtomicU32,
     /// Made by the task factory: its task is the app's, its first drive no request's.
     pub(crate) app_task: bool,
+    /// An app-made task's own `__step` (kept from `Task.__init__`): a task asked to cancel is
+    /// handed back to it (see `driver::hand_back`).
+    own_step: Mutex<Option<Py<PyAny>>>,
     /// Trace mark (see `trace`) of when the coroutine last became ready to go on; 0 for none.
     resumable_since: AtomicU64,
     state: Mutex<JobState>,
@@ -100,6 +103,7 @@ impl Job {
             task: Mutex::new(None),
             drives: AtomicU32::new(0),
             app_task: false,
+            own_step: Mutex::new(None),
             resumable_since: AtomicU64::new(0),
             state: Mutex::new(JobState {
                 waiting: Waiting::Nothing,
@@ -119,13 +123,24 @@ impl Job {
         id: u64,
         coro: &Bound<'_, PyAny>,
         task: &Bound<'_, PyAny>,
+        own_step: Option<Py<PyAny>>,
         context: Bound<'_, PyAny>,
     ) -> PyResult<Self> {
         let completion = Completion::Task(task.clone().unbind());
         let mut job = Self::new(py, id, coro, completion, Some(context))?;
         job.task = Mutex::new(Some(TaskSlot::app_task(task.clone().unbind())));
         job.app_task = true;
+        job.own_step = Mutex::new(own_step);
         Ok(job)
+    }
+
+    /// The task's own step, if it was asked to cancel since it was made: the caller hands
+    /// the task back to it.
+    pub fn take_own_step_if_cancelled(&self) -> Option<Py<PyAny>> {
+        if self.state.lock().unwrap().cancels == 0 {
+            return None;
+        }
+        self.own_step.lock().unwrap().take()
     }
 
     /// The cancellation requested and not yet delivered when the coroutine ended: a task
@@ -229,6 +244,7 @@ impl Job {
             (state.completion.take(), state.resumer.take())
         };
         drop(resumer);
+        drop(self.own_step.lock().unwrap().take());
         Some((completion, self.task.lock().unwrap().take()))
     }
 }

@@ -195,6 +195,24 @@ impl Shared {
         }
     }
 
+    /// Ends an app-made task's job without touching the task, which `Task` steps from now on.
+    pub(super) fn retire_app_task(&self, job: &Bound<'_, Job>) {
+        let py = job.py();
+        let this = job.get();
+        let Some((completion, slot)) = this.end() else {
+            return;
+        };
+        let held = self.app_tasks.lock().unwrap().remove(&this.id);
+        if let Some(slot) = slot {
+            let _ = slot
+                .task
+                .task
+                .bind(py)
+                .setattr(intern!(py, "_ferrule_job"), py.None());
+        }
+        drop((completion, held));
+    }
+
     /// Cancels every unfinished coroutine, as `Task.cancel` would (graceful shutdown's end).
     pub fn cancel_all(&self, py: Python<'_>) {
         let jobs: Vec<Py<Job>> = self
