@@ -205,8 +205,9 @@ SETTINGS: tuple[Setting, ...] = (
         "task_impl",
         "app",
         "asyncio",
-        "Who steps the tasks the app creates (create_task, task groups, gather): bridge, "
-        "ferrule's core, as it steps each request's coroutine; or asyncio, its own Task.",
+        "Who steps the tasks the app creates (create_task, task groups, gather): asyncio, its "
+        "own Task; or bridge, ferrule's core, as it steps each request's coroutine (still "
+        "Task objects; a cancelled one goes back to Task).",
         choices=tuple(TASK_IMPLS),
         check=checks.choice(TASK_IMPLS),
         uvicorn=False,

@@ -61,30 +61,37 @@ class Task(asyncio.Task):
     class ("Task exception was never retrieved", the repr).
 
     Its own first step never reaches the loop, so its C-level state stays pending until the
-    job ends and sets it: done(), result(), callbacks and all_tasks() are Task's own.
+    job ends and sets it: done(), result(), callbacks and all_tasks() are Task's own. Asked to
+    cancel, it goes back to Task, which steps it from then on; _ferrule_cancels carries the
+    cancellations the job counted into Task's count.
     """
 
-    __slots__ = ("_ferrule_job",)
+    __slots__ = ("_ferrule_job", "_ferrule_cancels")
 
     def cancel(self, msg=None):
         # Unset when the class is built without the factory (an eager task factory over it).
         job = getattr(self, "_ferrule_job", None)
         if job is None:
             return super().cancel(msg)
-        if not job.cancel(msg):
-            return False
-        # Counts the request where cancelling() and uncancel() read it, and clears
-        # _log_traceback; the C-level _must_cancel it sets is never read, as no step runs.
-        super().cancel(msg)
-        return True
+        self._log_traceback = False
+        return job.cancel(msg)
+
+    def cancelling(self):
+        job = getattr(self, "_ferrule_job", None)
+        if job is not None:
+            return job.cancelling()
+        return super().cancelling() + getattr(self, "_ferrule_cancels", 0)
 
     def uncancel(self):
-        left = super().uncancel()
         job = getattr(self, "_ferrule_job", None)
-        if left == 0 and job is not None and UNCANCEL_WITHDRAWS:
-            job.withdraw_cancel()
-        return left
-
+        if job is not None:
+            return job.uncancel(UNCANCEL_WITHDRAWS)
+        carried = getattr(self, "_ferrule_cancels", 0)
+        if not carried:
+            return super().uncancel()
+        # Task's own count goes last: reaching zero there withdraws its pending cancel.
+        self._ferrule_cancels = carried - 1
+        return super().cancelling() + carried - 1
 
     if __import__("sys").version_info[:2] == (3, 13):
         # 3.13's create_task names a factory's task with set_name(name) even when no name was
@@ -150,6 +157,9 @@ pub struct AsyncioApi {
     stock_task: Py<PyAny>,
     pub future_set_exception: Py<PyAny>,
     pub future_cancel: Py<PyAny>,
+    /// `Task.cancel` itself, past the subclass's override: records a pending cancellation in
+    /// a task handed back to `Task`.
+    pub task_cancel: Py<PyAny>,
     /// The loop's instance `__dict__`, where a `call_soon` put for the length of `Task()`
     /// catches the task's first step (none on a loop without one).
     loop_dict: Option<Py<PyDict>>,
@@ -264,6 +274,7 @@ impl AsyncioApi {
                 .getattr("set_exception")?
                 .unbind(),
             future_cancel: asyncio.getattr("Future")?.getattr("cancel")?.unbind(),
+            task_cancel: asyncio.getattr("Task")?.getattr("cancel")?.unbind(),
             loop_dict: event_loop
                 .getattr_opt(intern!(py, "__dict__"))?
                 .and_then(|d| d.cast_into::<PyDict>().ok())

@@ -115,7 +115,23 @@ pub fn drive(
 /// it; from outside, the bridge could only end the task cancelled with a new one), and what
 /// follows a cancellation (a timeout's, a task group's) is `Task`'s own.
 fn hand_back(py: Python<'_>, shared: &Arc<Shared>, job: &Bound<'_, Job>, own_step: Py<PyAny>) {
-    shared.retire_app_task(job);
+    let (pending, counted) = job.get().take_cancel_state();
+    let Some(task) = shared.retire_app_task(job) else {
+        return;
+    };
+    let task = task.bind(py);
+    // `Task` throws a cancellation in only if one is pending, as `_must_cancel` says: one the
+    // job delivered by cancelling what the coroutine waits on is seen through that instead.
+    let mut carried = counted;
+    if let Some(msg) = pending {
+        match shared.api.task_cancel.bind(py).call1((task, msg)) {
+            Ok(_) => carried = carried.saturating_sub(1),
+            Err(err) => err.write_unraisable(py, Some(task)),
+        }
+    }
+    if let Err(err) = task.setattr(intern!(py, "_ferrule_cancels"), carried) {
+        err.write_unraisable(py, Some(task));
+    }
     if let Err(err) = own_step.bind(py).call0() {
         err.write_unraisable(py, Some(own_step.bind(py)));
     }

@@ -143,6 +143,13 @@ impl Job {
         self.own_step.lock().unwrap().take()
     }
 
+    /// What a task handed back to `Task` must carry: the cancellation not yet thrown in (its
+    /// message), and how many cancellations were counted.
+    pub fn take_cancel_state(&self) -> (Option<Option<Py<PyAny>>>, u32) {
+        let mut state = self.state.lock().unwrap();
+        (state.must_cancel.take(), state.cancels)
+    }
+
     /// The cancellation requested and not yet delivered when the coroutine ended: a task
     /// cancelled during its last step ends cancelled, as `Task.__step` has it.
     pub fn take_undelivered_cancel(&self) -> Option<Option<Py<PyAny>>> {
@@ -280,14 +287,14 @@ impl Job {
         self.state.lock().unwrap().cancels
     }
 
-    /// `uncancel()` down to zero withdraws a cancellation not yet thrown in (3.13+).
-    fn withdraw_cancel(&self) {
-        self.state.lock().unwrap().must_cancel = None;
-    }
-
-    fn uncancel(&self) -> u32 {
+    /// With `withdraws` (3.13+), down to zero withdraws a cancellation not yet thrown in.
+    #[pyo3(signature = (withdraws=false))]
+    fn uncancel(&self, withdraws: bool) -> u32 {
         let mut state = self.state.lock().unwrap();
         state.cancels = state.cancels.saturating_sub(1);
+        if withdraws && state.cancels == 0 {
+            state.must_cancel = None;
+        }
         state.cancels
     }
 

@@ -195,22 +195,19 @@ impl Shared {
         }
     }
 
-    /// Ends an app-made task's job without touching the task, which `Task` steps from now on.
-    pub(super) fn retire_app_task(&self, job: &Bound<'_, Job>) {
+    /// Ends an app-made task's job without ending the task, which `Task` steps from now on;
+    /// returns the task.
+    pub(super) fn retire_app_task(&self, job: &Bound<'_, Job>) -> Option<Py<PyAny>> {
         let py = job.py();
         let this = job.get();
-        let Some((completion, slot)) = this.end() else {
-            return;
-        };
+        let (completion, slot) = this.end()?;
         let held = self.app_tasks.lock().unwrap().remove(&this.id);
-        if let Some(slot) = slot {
-            let _ = slot
-                .task
-                .task
-                .bind(py)
-                .setattr(intern!(py, "_ferrule_job"), py.None());
-        }
         drop((completion, held));
+        let task = slot?.task.task;
+        let _ = task
+            .bind(py)
+            .setattr(intern!(py, "_ferrule_job"), py.None());
+        Some(task)
     }
 
     /// Cancels every unfinished coroutine, as `Task.cancel` would (graceful shutdown's end).
