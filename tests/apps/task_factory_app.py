@@ -53,6 +53,26 @@ async def boom() -> None:
     raise ValueError("never retrieved")
 
 
+async def reraise(box: list[BaseException]) -> None:
+    try:
+        await asyncio.sleep(5)
+    except asyncio.CancelledError as exc:
+        box.append(exc)
+        raise
+
+
+async def swallow() -> str:
+    try:
+        await asyncio.sleep(5)
+    except asyncio.CancelledError:
+        return "inner"
+    return "not cancelled"
+
+
+async def outer() -> str:
+    return await asyncio.create_task(swallow())
+
+
 async def probe() -> dict[str, Any]:
     seen: dict[str, Any] = {}
     VAR.set("request")
@@ -94,6 +114,18 @@ async def probe() -> dict[str, Any]:
     except asyncio.CancelledError as exc:
         seen["cancelled"] = [waiting.cancelled(), list(exc.args)]
     seen["uncancel"] = waiting.uncancel()
+    box: list[BaseException] = []
+    reraising = asyncio.create_task(reraise(box))
+    await asyncio.sleep(0.001)
+    reraising.cancel("again")
+    try:
+        await reraising
+    except asyncio.CancelledError as exc:
+        seen["same_cancelled_error"] = exc is box[0]
+    outer_task = asyncio.create_task(outer())
+    await asyncio.sleep(0.001)
+    outer_task.cancel()
+    seen["swallowed"] = [await outer_task, outer_task.cancelled(), outer_task.cancelling()]
     failing = asyncio.create_task(boom())
     await asyncio.sleep(0.01)
     seen["exception"] = repr(failing.exception())

@@ -47,6 +47,8 @@ def test_tasks_keep_asyncio_semantics_whoever_steps_them(loop: str, impl: str) -
     assert seen["cancel"] == [True, 1]
     assert seen["cancelled"] == [True, ["stop"]]
     assert seen["uncancel"] == 0
+    assert seen["same_cancelled_error"] is True
+    assert seen["swallowed"] == ["inner", False, 1]
     assert seen["exception"] == "ValueError('never retrieved')"
     assert seen["current"] == "request"
 

@@ -211,6 +211,9 @@ impl TaskSlot {
     }
 }
 
+/// An app-made `Task`, and its own first step as `Task.__init__` scheduled it.
+pub type AppTask<'py> = (Bound<'py, PyAny>, Option<Py<PyAny>>);
+
 /// Stands for `loop.call_soon` while `Task.__init__` runs: keeps the task's first step (the
 /// task's own `__step`, which the bridge calls to hand a cancelled task back to `Task`) and
 /// schedules nothing, since the bridge drives the coroutine instead.
@@ -442,7 +445,7 @@ impl AsyncioApi {
         py: Python<'py>,
         coro: &Bound<'py, PyAny>,
         kwargs: &Bound<'py, PyDict>,
-    ) -> PyResult<Option<(Bound<'py, PyAny>, Option<Py<PyAny>>)>> {
+    ) -> PyResult<Option<AppTask<'py>>> {
         let Some(dict) = &self.loop_dict else {
             return Ok(None);
         };
