@@ -69,6 +69,16 @@ async def swallow() -> str:
     return "not cancelled"
 
 
+async def reset_after_cancel() -> str:
+    token = VAR.set("in task")
+    try:
+        await asyncio.sleep(5)
+    except asyncio.CancelledError:
+        VAR.reset(token)  # ValueError unless still in the task's own context
+        return "reset"
+    return "not cancelled"
+
+
 async def outer() -> str:
     return await asyncio.create_task(swallow())
 
@@ -122,6 +132,10 @@ async def probe() -> dict[str, Any]:
         await reraising
     except asyncio.CancelledError as exc:
         seen["same_cancelled_error"] = exc is box[0]
+    resetting = asyncio.create_task(reset_after_cancel())
+    await asyncio.sleep(0.001)
+    resetting.cancel()
+    seen["context_after_cancel"] = await resetting
     outer_task = asyncio.create_task(outer())
     await asyncio.sleep(0.001)
     outer_task.cancel()

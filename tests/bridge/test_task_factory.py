@@ -49,6 +49,7 @@ def test_tasks_keep_asyncio_semantics_whoever_steps_them(loop: str, impl: str) -
     assert seen["uncancel"] == 0
     assert seen["same_cancelled_error"] is True
     assert seen["swallowed"] == ["inner", False, 1]
+    assert seen["context_after_cancel"] == "reset"
     assert seen["exception"] == "ValueError('never retrieved')"
     assert seen["current"] == "request"
 

@@ -132,8 +132,17 @@ fn hand_back(py: Python<'_>, shared: &Arc<Shared>, job: &Bound<'_, Job>, own_ste
     if let Err(err) = task.setattr(intern!(py, "_ferrule_cancels"), carried) {
         err.write_unraisable(py, Some(task));
     }
+    // In the task's context, as the loop runs each of `Task`'s steps.
+    let context = job.get().context.bind(py);
+    if let Err(err) = ffi::enter_context(context) {
+        err.write_unraisable(py, Some(context));
+        return;
+    }
     if let Err(err) = own_step.bind(py).call0() {
         err.write_unraisable(py, Some(own_step.bind(py)));
+    }
+    if let Err(err) = ffi::exit_context(context) {
+        err.write_unraisable(py, Some(context));
     }
 }
 
