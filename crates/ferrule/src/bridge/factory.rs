@@ -41,32 +41,23 @@ impl TaskFactory {
         kwargs: Option<Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let shared = &self.shared;
-        // Task's own keywords, in a dict of their own (`create_task` passes `name`, `context`
-        // and on 3.14 `eager_start`; the loop is added).
-        let task_kwargs = PyDict::new(py);
-        let mut context = None;
-        let mut eager = false;
-        if let Some(kwargs) = &kwargs {
-            for (key, value) in kwargs.iter() {
-                if key.eq(intern!(py, "context"))? {
-                    if !value.is_none() {
-                        context = Some(value.clone());
-                    }
-                } else if key.eq(intern!(py, "eager_start"))? {
-                    eager = value.is_truthy()?;
-                }
-                task_kwargs.set_item(key, value)?;
-            }
-        }
+        let task_kwargs = match &kwargs {
+            Some(kwargs) => kwargs.copy()?,
+            None => PyDict::new(py),
+        };
         task_kwargs.set_item(intern!(py, "loop"), &event_loop)?;
+        let eager = match task_kwargs.get_item(intern!(py, "eager_start"))? {
+            Some(eager) => eager.is_truthy()?,
+            None => false,
+        };
         if !event_loop.is(&shared.event_loop) || eager {
             // Another loop's task, or one asked to start eagerly: asyncio's own.
             return shared.api.stock_task(&coro, Some(&task_kwargs));
         }
         // The task and the job share one context, as a task's steps all run in its own.
-        let context = match context {
-            Some(context) => context,
-            None => {
+        let context = match task_kwargs.get_item(intern!(py, "context"))? {
+            Some(context) if !context.is_none() => context,
+            _ => {
                 let copied = ffi::copy_current_context(py)?;
                 task_kwargs.set_item(intern!(py, "context"), &copied)?;
                 copied
