@@ -38,8 +38,11 @@ HEAD = re.compile(r"^\S+ \(([\w.]+)\)")
 OUTCOME = re.compile(r"\.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)")
 
 
-def run_suites(args: argparse.Namespace, stock: bool) -> tuple[dict[str, str], dict | None]:
-    """Each test's outcome, and what reached the factory (None without it)."""
+def run_suites(
+    args: argparse.Namespace, stock: bool, only: list[str] | None = None
+) -> tuple[dict[str, str], dict | None]:
+    """Each test's outcome, and what reached the factory (None without it); ``only``: the
+    tests (ids) to run again."""
     paths = [str(HOOK)]
     if args.ferrule_path:
         paths.append(args.ferrule_path)
@@ -55,9 +58,11 @@ def run_suites(args: argparse.Namespace, stock: bool) -> tuple[dict[str, str], d
             "FERRULE_TASK_SUITES_REPORT": str(report),
         }
         command = [args.python, "-m", "test", "-v", *args.tests]
+        for test_id in only or []:
+            command += ["-m", test_id.rsplit(".", 1)[-1]]
         run = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
         output = run.stdout + run.stderr
-        if args.log:
+        if args.log and only is None:
             Path(args.log + (".stock" if stock else "")).write_text(output)
         made = json.loads(report.read_text()) if report.exists() and not stock else None
     outcomes: dict[str, str] = {}
@@ -120,6 +125,14 @@ def main() -> int:
             f"({made['made']['tasks']} tasks, {made['made']['bridges']} bridges)"
         )
     failed = failures(outcomes)
+    if failed - baseline:
+        # Timing tests fail now and then under load with either Task (two timers at one
+        # deadline on uvloop): a test that passes when run again alone is reported, not failed.
+        again, _ = run_suites(args, stock=False, only=sorted(failed - baseline))
+        for name in sorted(failed - baseline - failures(again)):
+            if again.get(name) == "ok":
+                print(f"  {outcomes[name]} with the factory, then passed run again alone: {name}")
+                failed.discard(name)
     for name in sorted(failed - baseline):
         print(f"  {outcomes[name]} with the factory only: {name}")
     for name in sorted(baseline - failed):
