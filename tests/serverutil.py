@@ -252,11 +252,18 @@ class ServerProcess:
                 reader.join(2.0)
 
 
+#: ``FERRULE_TEST_TASK_IMPL`` gives every server the tests start that ``--task-impl``, unless
+#: the test says one: the suite run once with each.
+TASK_IMPL = os.environ.get("FERRULE_TEST_TASK_IMPL")
+
+
 def server_args(app: str, args: Sequence[str]) -> list[str]:
     """``APP`` plus ``--port 0`` unless ``args`` choose a port or a unix socket."""
     args = list(args)
     if not any(flag in args for flag in ("--port", "--uds")):
         args = ["--port", "0", *args]
+    if TASK_IMPL and SERVER_MODULE == "ferrule" and "--task-impl" not in args:
+        args = ["--task-impl", TASK_IMPL, *args]
     return [app, *args]
 
 

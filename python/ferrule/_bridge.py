@@ -58,19 +58,26 @@ def drive(
     loop: LoopName = "asyncio",
     budget: int = 128,
     worker_threads: int = 1,
+    task_factory: bool = False,
 ) -> T:
     """Run ``main(bridge)`` on a new loop with a bridge attached, then close both.
 
     ``main`` is an ordinary coroutine function run by the loop; it hands coroutines to the bridge
-    with ``bridge.spawn`` and awaits their results.
+    with ``bridge.spawn`` and awaits their results. With ``task_factory``, the tasks made on the
+    loop meanwhile are the bridge's too (``bridge.task_factory()``).
     """
     event_loop = new_event_loop(loop)
 
     async def runner() -> T:
-        bridge = Bridge(asyncio.get_running_loop(), budget=budget, worker_threads=worker_threads)
+        running = asyncio.get_running_loop()
+        bridge = Bridge(running, budget=budget, worker_threads=worker_threads)
+        if task_factory:
+            running.set_task_factory(bridge.task_factory())
         try:
             return await main(bridge)
         finally:
+            if task_factory:
+                running.set_task_factory(None)
             bridge.close()
 
     try:

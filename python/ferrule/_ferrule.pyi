@@ -64,9 +64,23 @@ class Bridge:
         """The per-request trace (``trace=True``): cumulative bucket counts of the ``gil_wait``,
         ``first_drive`` and ``resume_wait`` latency histograms, and each bucket's upper bound in
         nanoseconds (``bucket_upper_ns``). None when the bridge was made without it."""
+    def task_factory(self) -> TaskFactory:
+        """A factory for ``loop.set_task_factory``: the app's own tasks on this loop become
+        ``Task``s whose coroutines the bridge drives."""
+    @property
+    def app_tasks(self) -> int:
+        """Tasks the factory made that have not finished."""
     def reset_counters(self) -> None: ...
     def close(self) -> None:
         """Unhook the bridge from the loop and stop its tokio runtime. Idempotent."""
+
+class TaskFactory:
+    """``loop.set_task_factory``'s callable: a ``Task`` the bridge drives, for the bridge's
+    loop; asyncio's own ``Task`` for another loop, or one asked to start eagerly."""
+
+    def __call__(
+        self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], **kwargs: Any
+    ) -> asyncio.Task[T]: ...
 
 COUNTERS: tuple[str, ...]
 #: Whether the I/O threads run under SCHED_BATCH (Linux only).

@@ -274,5 +274,7 @@ LOOPS = {
 LIFESPANS = {"auto": "auto", "on": "on", "off": "off"}
 #: ``--bridge-mode`` (``docs/design.md``, "Two modes").
 BRIDGE_MODES = {"loop-only": "loop-only", "gated": "gated"}
+#: Who steps the app's own tasks: ferrule's bridge (its task factory) or asyncio's ``Task``.
+TASK_IMPLS = {"asyncio": "asyncio", "bridge": "bridge"}
 PROXY_PROTOCOLS = {"off": "off", "v1": "v1", "v2": "v2", "auto": "auto"}
 INTERFACE_CHOICES = {name: name for name in INTERFACES}

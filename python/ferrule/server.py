@@ -20,7 +20,7 @@ from typing import Any
 
 from ferrule import systemd, tls
 from ferrule._bridge import close_event_loop, new_event_loop
-from ferrule._ferrule import BATCH_POLICY, Bridge, H3Server, HttpServer
+from ferrule._ferrule import BATCH_POLICY, Bridge, H3Server, HttpServer, TaskFactory
 from ferrule._logging import TRACE, configure_logging, flush_access_lines
 from ferrule.access_route import AccessRouting
 from ferrule.config import (
@@ -327,6 +327,8 @@ class Server:
             logger.error("--bridge-mode %s: %s", self.config.bridge_mode, exc)
             close_all(socks)
             raise SystemExit(STARTUP_FAILURE) from None
+        if self.config.task_impl == "bridge":
+            loop.set_task_factory(self._bridge.task_factory())
         if not BATCH_POLICY:
             logger.debug(
                 "no SCHED_BATCH on %s: the I/O threads keep the default policy", sys.platform
@@ -545,6 +547,11 @@ class Server:
         if self._bridge is not None:
             if _serving_bridge is self._bridge:
                 _serving_bridge = None
+            # Tasks made from here on are asyncio's; those the bridge has go on being driven on
+            # the loop's thread until the loop's own shutdown cancels them.
+            loop = self._loop
+            if loop is not None and isinstance(loop.get_task_factory(), TaskFactory):
+                loop.set_task_factory(None)
             self._bridge.close()
             self._bridge = None
         remove_socket_file(self.config, self._socket_file)

@@ -26,6 +26,7 @@ from ferrule.checks import (
     LOOPS,
     SSL_CIPHERS,
     SSL_VERSIONS,
+    TASK_IMPLS,
     WS_CHOICES,
     as_list,
 )
@@ -211,6 +212,17 @@ SETTINGS: tuple[Setting, ...] = (
         "hop less at low load, more CPU per request under load).",
         choices=tuple(BRIDGE_MODES),
         check=checks.choice(BRIDGE_MODES),
+        uvicorn=False,
+    ),
+    Setting(
+        "task_impl",
+        "app",
+        "asyncio",
+        "Who steps the tasks the app creates (create_task, task groups, gather): asyncio, its "
+        "own Task; or bridge, ferrule's core, as it steps each request's coroutine (still "
+        "Task objects; a cancelled one goes back to Task).",
+        choices=tuple(TASK_IMPLS),
+        check=checks.choice(TASK_IMPLS),
         uvicorn=False,
     ),
     Setting(

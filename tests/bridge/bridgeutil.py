@@ -15,6 +15,7 @@ test modules as ``from bridgeutil import ...`` (pytest puts ``tests/bridge`` on 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -22,6 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import ferrule
+
+#: ``FERRULE_TEST_TASK_IMPL=bridge`` runs every scenario with the bridge's task factory on its
+#: loop (as ``--task-impl bridge`` does for the servers the tests start).
+TASK_FACTORY = os.environ.get("FERRULE_TEST_TASK_IMPL") == "bridge"
 
 #: Default bound for one scenario, well above what any scenario needs when the bridge works.
 SCENARIO_TIMEOUT = 10.0
@@ -103,8 +108,11 @@ def run_bridge(
     budget: int = 128,
     worker_threads: int = 1,
     timeout: float = SCENARIO_TIMEOUT,
+    task_factory: bool = TASK_FACTORY,
 ) -> Outcome:
-    """Run ``main(bridge)`` on a new loop via ``ferrule.drive``; check the bridge ended clean."""
+    """Run ``main(bridge)`` on a new loop via ``ferrule.drive``; check the bridge ended clean.
+    ``task_factory=False`` keeps the scenario's own tasks asyncio's, for exact counts of the
+    bridge's work on what it was given."""
     loop_errors: list[dict[str, Any]] = []
 
     async def guarded(bridge: ferrule.Bridge) -> Outcome:
@@ -115,7 +123,13 @@ def run_bridge(
         return Outcome(result, counters, bridge.mode)
 
     try:
-        outcome = ferrule.drive(guarded, loop=loop, budget=budget, worker_threads=worker_threads)
+        outcome = ferrule.drive(
+            guarded,
+            loop=loop,
+            budget=budget,
+            worker_threads=worker_threads,
+            task_factory=task_factory,
+        )
     except BaseException as exc:
         if loop_errors:
             exc.add_note(describe_loop_errors(loop_errors))

@@ -132,7 +132,7 @@ def test_inline_completion_is_counted(run) -> None:
         ]:
             assert delta[name] == expected, (name, delta)
 
-    run(main)
+    run(main, task_factory=False)  # counts the scenario's work alone
 
 
 def test_done_future_fast_path_is_counted(run) -> None:
@@ -155,7 +155,7 @@ def test_done_future_fast_path_is_counted(run) -> None:
         assert delta["inline_completions"] == 1, delta
         assert delta["drives"] == 1, delta
 
-    run(main)
+    run(main, task_factory=False)  # counts the scenario's work alone
 
 
 def gated_only(mode: str) -> None:
@@ -177,7 +177,7 @@ def test_inline_completion_costs_one_gil_acquisition() -> None:
         assert await asyncio.wait_for(bridge.spawn(immediate()), 2) == "now"
         return counter_delta(before, await settled_counters(bridge))
 
-    outcome = run_bridge(main)
+    outcome = run_bridge(main, task_factory=False)
     gated_only(outcome.mode)
     delta = outcome.result
     assert delta["inline_completions"] == 1, delta
@@ -207,7 +207,7 @@ def test_resume_by_pending_asyncio_future_costs_two_gil_acquisitions() -> None:
         assert await asyncio.wait_for(future, 2) == "resumed"
         return counter_delta(before, await settled_counters(bridge))
 
-    outcome = run_bridge(main)
+    outcome = run_bridge(main, task_factory=False)
     gated_only(outcome.mode)
     delta = outcome.result
     assert delta["resumes_inline"] == 1, delta

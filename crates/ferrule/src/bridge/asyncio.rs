@@ -53,6 +53,56 @@ class DriverTask(asyncio.Task):
 
 async def sentinel():
     """The coroutine each DriverTask is built over: it finishes at once."""
+
+
+class Task(asyncio.Task):
+    """A task the app made (create_task, a task group, gather) over its own coroutine, which
+    ferrule's bridge steps instead of Task.__step. Named Task: asyncio's messages name the
+    class ("Task exception was never retrieved", the repr).
+
+    Its own first step never reaches the loop, so its C-level state stays pending until the
+    job ends and sets it: done(), result(), callbacks and all_tasks() are Task's own. Asked to
+    cancel, it goes back to Task, which steps it from then on; _ferrule_cancels carries the
+    cancellations the job counted into Task's count.
+    """
+
+    __slots__ = ("_ferrule_job", "_ferrule_cancels")
+
+    def cancel(self, msg=None):
+        # Unset when the class is built without the factory (an eager task factory over it).
+        job = getattr(self, "_ferrule_job", None)
+        if job is None:
+            return super().cancel(msg)
+        self._log_traceback = False
+        return job.cancel(msg)
+
+    def cancelling(self):
+        job = getattr(self, "_ferrule_job", None)
+        if job is not None:
+            return job.cancelling()
+        return super().cancelling() + getattr(self, "_ferrule_cancels", 0)
+
+    def uncancel(self):
+        job = getattr(self, "_ferrule_job", None)
+        if job is not None:
+            return job.uncancel(UNCANCEL_WITHDRAWS)
+        carried = getattr(self, "_ferrule_cancels", 0)
+        if not carried:
+            return super().uncancel()
+        # Task's own count goes last: reaching zero there withdraws its pending cancel.
+        self._ferrule_cancels = carried - 1
+        return super().cancelling() + carried - 1
+
+    if __import__("sys").version_info[:2] == (3, 13):
+        # 3.13's create_task names a factory's task with set_name(name) even when no name was
+        # given, which would name it "None" instead of keeping "Task-N".
+        def set_name(self, value):
+            if value is not None:
+                super().set_name(value)
+
+
+# 3.13 made uncancel() to zero also withdraw a cancellation not yet delivered.
+UNCANCEL_WITHDRAWS = __import__("sys").version_info >= (3, 13)
 "#;
 
 static DRIVER_TASK_MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
@@ -101,6 +151,19 @@ pub struct AsyncioApi {
     pub sentinel: Py<PyAny>,
     pub call_soon: Py<PyAny>,
     pub call_soon_threadsafe: Py<PyAny>,
+    /// The `Task` subclass of app-made tasks (`factory`).
+    app_task: Py<PyAny>,
+    /// asyncio's own `Task`, for tasks of another loop.
+    stock_task: Py<PyAny>,
+    pub future_set_exception: Py<PyAny>,
+    pub future_cancel: Py<PyAny>,
+    /// `Task.cancel` itself, past the subclass's override: records a pending cancellation in
+    /// a task handed back to `Task`.
+    pub task_cancel: Py<PyAny>,
+    /// The loop's instance `__dict__`, where a `call_soon` put for the length of `Task()`
+    /// catches the task's first step (none on a loop without one).
+    loop_dict: Option<Py<PyDict>>,
+    swallow_step: Py<SwallowStep>,
     task_kwargs: Py<PyDict>,
     get_weakref_count: Py<PyAny>,
     /// Finished `DriverTask`s nobody else can see, ready to stand for another coroutine.
@@ -131,6 +194,45 @@ pub struct PooledTask {
 pub struct TaskSlot {
     pub task: PooledTask,
     pub must_finish: bool,
+    /// Whether the task goes back to the pool when the job ends (not an app-made task, which
+    /// the app holds).
+    pub reusable: bool,
+}
+
+impl TaskSlot {
+    /// The slot of an app-made task: never marked done by the bridge's sentinel path, never
+    /// reused.
+    pub fn app_task(task: Py<PyAny>) -> Self {
+        Self {
+            task: PooledTask { task, weakrefs: 0 },
+            must_finish: false,
+            reusable: false,
+        }
+    }
+}
+
+/// An app-made `Task`, and its own first step as `Task.__init__` scheduled it.
+pub type AppTask<'py> = (Bound<'py, PyAny>, Option<Py<PyAny>>);
+
+/// Stands for `loop.call_soon` while `Task.__init__` runs: keeps the task's first step (the
+/// task's own `__step`, which the bridge calls to hand a cancelled task back to `Task`) and
+/// schedules nothing, since the bridge drives the coroutine instead.
+#[pyclass(frozen, module = "ferrule._ferrule")]
+struct SwallowStep {
+    caught: Mutex<Option<Py<PyAny>>>,
+}
+
+#[pymethods]
+impl SwallowStep {
+    #[pyo3(signature = (step, *_args, **_kwargs))]
+    fn __call__(
+        &self,
+        step: Py<PyAny>,
+        _args: &Bound<'_, pyo3::types::PyTuple>,
+        _kwargs: Option<&Bound<'_, PyDict>>,
+    ) {
+        *self.caught.lock().unwrap() = Some(step);
+    }
 }
 
 impl AsyncioApi {
@@ -168,6 +270,24 @@ impl AsyncioApi {
             sentinel: module.getattr("sentinel")?.unbind(),
             call_soon: event_loop.getattr("call_soon")?.unbind(),
             call_soon_threadsafe: event_loop.getattr("call_soon_threadsafe")?.unbind(),
+            app_task: module.getattr("Task")?.unbind(),
+            stock_task: asyncio.getattr("Task")?.unbind(),
+            future_set_exception: asyncio
+                .getattr("Future")?
+                .getattr("set_exception")?
+                .unbind(),
+            future_cancel: asyncio.getattr("Future")?.getattr("cancel")?.unbind(),
+            task_cancel: asyncio.getattr("Task")?.getattr("cancel")?.unbind(),
+            loop_dict: event_loop
+                .getattr_opt(intern!(py, "__dict__"))?
+                .and_then(|d| d.cast_into::<PyDict>().ok())
+                .map(Bound::unbind),
+            swallow_step: Py::new(
+                py,
+                SwallowStep {
+                    caught: Mutex::new(None),
+                },
+            )?,
             task_kwargs: task_kwargs.unbind(),
             get_weakref_count: py.import("weakref")?.getattr("getweakrefcount")?.unbind(),
             idle_tasks: Mutex::new(Vec::new()),
@@ -190,6 +310,7 @@ impl AsyncioApi {
             return Ok(TaskSlot {
                 task,
                 must_finish: false,
+                reusable: true,
             });
         }
         let (task, must_finish) = self.new_driver_task(py, ready)?;
@@ -201,6 +322,7 @@ impl AsyncioApi {
                 weakrefs,
             },
             must_finish,
+            reusable: true,
         })
     }
 
@@ -313,6 +435,40 @@ impl AsyncioApi {
             }
         }
         Ok((task, popped))
+    }
+
+    /// A `Task` over the app's `coro` whose first step is never scheduled (the bridge drives
+    /// the coroutine), with that step; or `None` if this loop gives no way to keep it out (no
+    /// instance dict). `kwargs` are `Task`'s own (`loop`, `name`, `context`).
+    pub fn app_task<'py>(
+        &self,
+        py: Python<'py>,
+        coro: &Bound<'py, PyAny>,
+        kwargs: &Bound<'py, PyDict>,
+    ) -> PyResult<Option<AppTask<'py>>> {
+        let Some(dict) = &self.loop_dict else {
+            return Ok(None);
+        };
+        let dict = dict.bind(py);
+        let call_soon = intern!(py, "call_soon");
+        // The C Task looks `call_soon` up on the loop, where the instance dict comes before
+        // the class; asyncio's and uvloop's own callers go through the class. No bytecode runs
+        // between the set and the removal but Task's (its WeakSet registration), on the thread
+        // that holds the drive.
+        dict.set_item(call_soon, &self.swallow_step)?;
+        let made = self.app_task.bind(py).call((coro,), Some(kwargs));
+        dict.del_item(call_soon)?;
+        let step = self.swallow_step.get().caught.lock().unwrap().take();
+        Ok(Some((made?, step)))
+    }
+
+    /// asyncio's own `Task(coro, **kwargs)`, for a loop the bridge does not drive.
+    pub fn stock_task<'py>(
+        &self,
+        coro: &Bound<'py, PyAny>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.stock_task.bind(coro.py()).call((coro,), kwargs)
     }
 
     pub fn cancelled_error<'py>(

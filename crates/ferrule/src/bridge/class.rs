@@ -14,6 +14,7 @@ use pyo3::types::PyDict;
 use super::asyncio::AsyncioApi;
 use super::counters::{bump, Counters};
 use super::drain::DrainOnLoop;
+use super::factory::TaskFactory;
 use super::ffi;
 use super::gate::LoopGate;
 use super::job::{CancelJobWithFuture, Completion, Job, Resume};
@@ -147,6 +148,10 @@ impl Bridge {
             counters,
             trace: Trace::new(trace),
             jobs: Mutex::new(HashMap::default()),
+            app_tasks: Mutex::new(HashMap::default()),
+            tokio_next: Mutex::new(std::collections::VecDeque::new()),
+            loop_exit: Mutex::new(None),
+            loop_exit_set: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
             handle: runtime.handle().clone(),
             runtime: Mutex::new(Some(runtime)),
@@ -222,6 +227,18 @@ impl Bridge {
         self.shared
             .resume_soon_on_loop(py, job.unbind(), Resume::Send(py.None()))?;
         Ok(future)
+    }
+
+    /// A task factory for `loop.set_task_factory`: the app's tasks on this bridge's loop are
+    /// driven by the bridge (see `factory`).
+    fn task_factory(&self, py: Python<'_>) -> PyResult<Py<TaskFactory>> {
+        Py::new(py, TaskFactory::new(self.shared.clone()))
+    }
+
+    /// App-made tasks the bridge drives that have not finished.
+    #[getter]
+    fn app_tasks(&self) -> usize {
+        self.shared.app_tasks.lock().unwrap().len()
     }
 
     /// A native awaitable a tokio timer resolves with `value` after `seconds`.

@@ -17,12 +17,12 @@ pub struct DrainOnLoop {
 
 #[pymethods]
 impl DrainOnLoop {
-    fn __call__(&self, py: Python<'_>) {
+    fn __call__(&self, py: Python<'_>) -> PyResult<()> {
         let shared = &self.shared;
         shared.waker.clear();
         if shared.queue.tokio_driving() {
             // The tokio thread wakes the loop again after its drive if the queue is not empty.
-            return;
+            return Ok(());
         }
         // Resumes of coroutines already running go before new requests.
         for (job, resume) in shared.queue.take_all() {
@@ -33,5 +33,6 @@ impl DrainOnLoop {
             bump(&shared.counters.gil_acquisitions);
             start(py);
         }
+        shared.raise_loop_exit()
     }
 }

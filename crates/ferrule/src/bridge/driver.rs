@@ -13,6 +13,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
 
+use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -22,6 +23,14 @@ use super::job::{Completion, Job, Resume, Waiting};
 use super::native::NativeFuture;
 use super::resume::ResumeCallback;
 use super::shared::Shared;
+
+/// App-made tasks one tokio drive may still take on after it (0: this thread holds no drive):
+/// a task that makes a task at every step must not keep the loop thread waiting for good.
+const TOKIO_FIRST_DRIVES: u32 = 16;
+
+thread_local! {
+    static FIRST_DRIVES_LEFT: Cell<u32> = const { Cell::new(0) };
+}
 
 /// Which thread is driving: decides how a coroutine that must wait for the loop is rescheduled.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -53,11 +62,18 @@ pub fn drive(
     place: Place,
 ) -> bool {
     let this = job.get();
+    if this.app_task && matches!(&resume, Resume::Send(value) if value.is_none(py)) {
+        if let Some(own_step) = this.take_own_step_if_cancelled() {
+            hand_back(py, shared, job, own_step);
+            return true;
+        }
+    }
     bump(&shared.counters.drives);
     let first_drive = this.drive_count() == 1;
     let trace = &shared.trace;
     if trace.enabled() {
-        let waited = if first_drive {
+        // An app-made task's first drive waited on a `call_soon`, as any resume does.
+        let waited = if first_drive && !this.app_task {
             &trace.first_drive
         } else {
             &trace.resume_wait
@@ -90,6 +106,43 @@ pub fn drive(
             reschedule(py, shared, job, resume, place);
             false
         }
+    }
+}
+
+/// Hands an app-made task that was asked to cancel back to `Task`: its own `__step` takes
+/// this step, with the cancellation `Task.cancel` recorded, and every step after it. The
+/// coroutine's last `CancelledError` is then the very one `await task` raises (`Task` keeps
+/// it; from outside, the bridge could only end the task cancelled with a new one), and what
+/// follows a cancellation (a timeout's, a task group's) is `Task`'s own.
+fn hand_back(py: Python<'_>, shared: &Arc<Shared>, job: &Bound<'_, Job>, own_step: Py<PyAny>) {
+    let (pending, counted) = job.get().take_cancel_state();
+    let Some(task) = shared.retire_app_task(job) else {
+        return;
+    };
+    let task = task.bind(py);
+    // `Task` throws a cancellation in only if one is pending, as `_must_cancel` says: one the
+    // job delivered by cancelling what the coroutine waits on is seen through that instead.
+    let mut carried = counted;
+    if let Some(msg) = pending {
+        match shared.api.task_cancel.bind(py).call1((task, msg)) {
+            Ok(_) => carried = carried.saturating_sub(1),
+            Err(err) => err.write_unraisable(py, Some(task)),
+        }
+    }
+    if let Err(err) = task.setattr(intern!(py, "_ferrule_cancels"), carried) {
+        err.write_unraisable(py, Some(task));
+    }
+    // In the task's context, as the loop runs each of `Task`'s steps.
+    let context = job.get().context.bind(py);
+    if let Err(err) = ffi::enter_context(context) {
+        err.write_unraisable(py, Some(context));
+        return;
+    }
+    if let Err(err) = own_step.bind(py).call0() {
+        err.write_unraisable(py, Some(own_step.bind(py)));
+    }
+    if let Err(err) = ffi::exit_context(context) {
+        err.write_unraisable(py, Some(context));
     }
 }
 
@@ -126,7 +179,7 @@ fn run_steps(
         if let Some(cancelled) = this.take_must_cancel(py, &shared.api) {
             resume = Resume::Throw(cancelled);
         }
-        match send_and_classify(py, shared, job, resume) {
+        match send_and_classify(py, shared, job, task, resume) {
             Step::Continue(next) => resume = next,
             // A bare yield (`asyncio.sleep(0)`) asks to let whatever else is ready run first.
             // On a tokio thread, while the loop thread waits in `select` with nothing ready and
@@ -152,6 +205,7 @@ fn send_and_classify(
     py: Python<'_>,
     shared: &Arc<Shared>,
     job: &Bound<'_, Job>,
+    task: &Bound<'_, PyAny>,
     resume: Resume,
 ) -> Step {
     let coro = job.get().coro.bind(py);
@@ -161,7 +215,7 @@ fn send_and_classify(
     };
     match sent {
         Ok(Sent::Returned(value)) => Step::Finished(Ok(value.unbind())),
-        Ok(Sent::Yielded(yielded)) => match classify(py, shared, job, &yielded) {
+        Ok(Sent::Yielded(yielded)) => match classify(py, shared, job, task, &yielded) {
             Ok(step) => step,
             Err(err) => Step::Continue(Resume::Throw(err.into_value(py).into_any())),
         },
@@ -187,6 +241,7 @@ fn classify(
     py: Python<'_>,
     shared: &Arc<Shared>,
     job: &Bound<'_, Job>,
+    task: &Bound<'_, PyAny>,
     yielded: &Bound<'_, PyAny>,
 ) -> PyResult<Step> {
     let this = job.get();
@@ -218,7 +273,20 @@ fn classify(
         )));
     }
     yielded.setattr(intern!(py, "_asyncio_future_blocking"), false)?;
-    let future_loop = yielded.call_method0(intern!(py, "get_loop"))?;
+    if yielded.is(task) {
+        return Err(PyRuntimeError::new_err(format!(
+            "Task cannot await on itself: {}",
+            task.repr()?
+        )));
+    }
+    // `futures._get_loop`: a future without `get_loop` is asked for its `_loop`.
+    let future_loop = match yielded.call_method0(intern!(py, "get_loop")) {
+        Ok(found) => found,
+        Err(err) if err.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) => {
+            yielded.getattr(intern!(py, "_loop"))?
+        }
+        Err(err) => return Err(err),
+    };
     if !future_loop.is(&shared.event_loop) {
         return Err(PyRuntimeError::new_err(format!(
             "Task {} got Future {} attached to a different loop",
@@ -285,6 +353,29 @@ impl Shared {
         Ok(())
     }
 
+    /// Schedules an app-made task's first drive, as `Task.__init__` schedules its first step.
+    /// Made during a tokio drive while nothing waits for the loop (its ready queue and ours
+    /// empty), that step would be the loop's next callback: it runs on this thread right
+    /// after the drive instead, sparing the loop a wake-up and an iteration. Anything
+    /// scheduled after it still runs after it.
+    pub(super) fn schedule_first_drive(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        job: Bound<'_, Job>,
+    ) -> PyResult<()> {
+        let left = FIRST_DRIVES_LEFT.with(Cell::get);
+        if left > 0 && self.loop_has_nothing_ready(py) {
+            FIRST_DRIVES_LEFT.with(|cell| cell.set(left - 1));
+            self.tokio_next.lock().unwrap().push_back(job.unbind());
+            return Ok(());
+        }
+        self.resume_soon_on_loop(py, job.unbind(), Resume::Send(py.None()))
+    }
+
+    fn take_tokio_next(&self) -> Option<Py<Job>> {
+        self.tokio_next.lock().unwrap().pop_front()
+    }
+
     /// On the loop thread: run the job's next step in a later loop iteration.
     pub(super) fn resume_soon_on_loop(
         self: &Arc<Self>,
@@ -340,7 +431,18 @@ impl Shared {
             return;
         }
         let (ready_before, scheduled_before) = self.loop_queue_marks(py);
+        FIRST_DRIVES_LEFT.with(|left| left.set(TOKIO_FIRST_DRIVES));
         drive(py, self, job, resume, Place::Tokio);
+        while let Some(next) = self.take_tokio_next() {
+            drive(
+                py,
+                self,
+                next.bind(py),
+                Resume::Send(py.None()),
+                Place::Tokio,
+            );
+        }
+        FIRST_DRIVES_LEFT.with(|left| left.set(0));
         let (ready_after, scheduled_after) = self.loop_queue_marks(py);
         self.queue.end_tokio_drive();
         // A coroutine that completed without touching asyncio leaves both unchanged: no wake.

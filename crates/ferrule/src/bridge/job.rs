@@ -26,6 +26,8 @@ pub enum Completion {
     Future(Py<PyAny>),
     /// A Rust continuation (the HTTP server's request handling).
     Callback(ResultCallback),
+    /// The app-made `Task` that stands for the coroutine (`factory`): its own future state.
+    Task(Py<PyAny>),
 }
 
 /// What a suspended coroutine waits on, so cancelling it can cancel that.
@@ -60,6 +62,11 @@ pub struct Job {
     /// when the job finishes.
     task: Mutex<Option<TaskSlot>>,
     pub(crate) drives: AtomicU32,
+    /// Made by the task factory: its task is the app's, its first drive no request's.
+    pub(crate) app_task: bool,
+    /// An app-made task's own `__step` (kept from `Task.__init__`): a task asked to cancel is
+    /// handed back to it (see `driver::hand_back`).
+    own_step: Mutex<Option<Py<PyAny>>>,
     /// Trace mark (see `trace`) of when the coroutine last became ready to go on; 0 for none.
     resumable_since: AtomicU64,
     state: Mutex<JobState>,
@@ -95,6 +102,8 @@ impl Job {
             context: context.unbind(),
             task: Mutex::new(None),
             drives: AtomicU32::new(0),
+            app_task: false,
+            own_step: Mutex::new(None),
             resumable_since: AtomicU64::new(0),
             state: Mutex::new(JobState {
                 waiting: Waiting::Nothing,
@@ -106,6 +115,45 @@ impl Job {
                 pending_resume: None,
             }),
         })
+    }
+
+    /// A job for an app-made `task` over `coro`, run in `context` (the task's own).
+    pub fn for_app_task(
+        py: Python<'_>,
+        id: u64,
+        coro: &Bound<'_, PyAny>,
+        task: &Bound<'_, PyAny>,
+        own_step: Option<Py<PyAny>>,
+        context: Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let completion = Completion::Task(task.clone().unbind());
+        let mut job = Self::new(py, id, coro, completion, Some(context))?;
+        job.task = Mutex::new(Some(TaskSlot::app_task(task.clone().unbind())));
+        job.app_task = true;
+        job.own_step = Mutex::new(own_step);
+        Ok(job)
+    }
+
+    /// The task's own step, if it was asked to cancel since it was made: the caller hands
+    /// the task back to it.
+    pub fn take_own_step_if_cancelled(&self) -> Option<Py<PyAny>> {
+        if self.state.lock().unwrap().cancels == 0 {
+            return None;
+        }
+        self.own_step.lock().unwrap().take()
+    }
+
+    /// What a task handed back to `Task` must carry: the cancellation not yet thrown in (its
+    /// message), and how many cancellations were counted.
+    pub fn take_cancel_state(&self) -> (Option<Option<Py<PyAny>>>, u32) {
+        let mut state = self.state.lock().unwrap();
+        (state.must_cancel.take(), state.cancels)
+    }
+
+    /// The cancellation requested and not yet delivered when the coroutine ended: a task
+    /// cancelled during its last step ends cancelled, as `Task.__step` has it.
+    pub fn take_undelivered_cancel(&self) -> Option<Option<Py<PyAny>>> {
+        self.state.lock().unwrap().must_cancel.take()
     }
 
     /// The job's `DriverTask`, made on first use (by `api`, with the loop's `ready` queue, which
@@ -203,6 +251,7 @@ impl Job {
             (state.completion.take(), state.resumer.take())
         };
         drop(resumer);
+        drop(self.own_step.lock().unwrap().take());
         Some((completion, self.task.lock().unwrap().take()))
     }
 }
@@ -238,9 +287,14 @@ impl Job {
         self.state.lock().unwrap().cancels
     }
 
-    fn uncancel(&self) -> u32 {
+    /// With `withdraws` (3.13+), down to zero withdraws a cancellation not yet thrown in.
+    #[pyo3(signature = (withdraws=false))]
+    fn uncancel(&self, withdraws: bool) -> u32 {
         let mut state = self.state.lock().unwrap();
         state.cancels = state.cancels.saturating_sub(1);
+        if withdraws && state.cancels == 0 {
+            state.must_cancel = None;
+        }
         state.cancels
     }
 

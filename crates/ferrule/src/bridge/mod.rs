@@ -17,6 +17,8 @@
 //!   methods, which `driver` defines;
 //! - `driver`: the step loop, classification of yields, and starting and driving jobs on
 //!   either thread;
+//! - `factory`: `TaskFactory`, `loop.set_task_factory`'s callable, which makes the app's own
+//!   tasks jobs;
 //! - `drain`: `DrainOnLoop`, the waker's reader on the loop thread; `selector`:
 //!   `GatedSelector`, exclusive drives for tokio threads on selector loops;
 //! - `class`: `Bridge`, the Python class that makes one bridge and owns its tokio runtime.
@@ -27,6 +29,7 @@ mod context;
 mod counters;
 mod drain;
 mod driver;
+mod factory;
 mod ffi;
 mod gate;
 mod job;
@@ -56,6 +59,7 @@ pub use self::waker::send_held_wakes_if_due;
 pub fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Bridge>()?;
     module.add_class::<NativeFuture>()?;
+    module.add_class::<factory::TaskFactory>()?;
     module.add(
         "COUNTERS",
         pyo3::types::PyTuple::new(module.py(), Counters::NAMES)?,

@@ -41,7 +41,7 @@ impl ResumeCallback {
 #[pymethods]
 impl ResumeCallback {
     #[pyo3(signature = (future=None))]
-    fn __call__(&self, py: Python<'_>, future: Option<Bound<'_, PyAny>>) {
+    fn __call__(&self, py: Python<'_>, future: Option<Bound<'_, PyAny>>) -> PyResult<()> {
         let job = self.job.bind(py);
         let shared = &self.shared;
         bump(&shared.counters.gil_acquisitions);
@@ -54,9 +54,10 @@ impl ResumeCallback {
             }
             None => match job.get().take_pending_resume() {
                 Some(resume) => resume,
-                None => return,
+                None => return Ok(()),
             },
         };
         shared.drive_on_loop(py, job, resume);
+        shared.raise_loop_exit()
     }
 }

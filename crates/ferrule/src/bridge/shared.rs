@@ -2,7 +2,7 @@
 //! flight, handing a job to the loop thread, finishing a job. Driving one is `driver`'s.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -62,6 +62,17 @@ pub struct Shared {
     pub counters: Arc<Counters>,
     pub trace: Trace,
     pub(super) jobs: Mutex<HashMap<u64, Py<Job>, BuildHasherDefault<JobIdHasher>>>,
+    /// The task factory's jobs, apart: no request waits on them, and shutdown leaves them to
+    /// the loop's own cancellation of its tasks (they are in `all_tasks()`).
+    pub(super) app_tasks: Mutex<HashMap<u64, Py<Job>, BuildHasherDefault<JobIdHasher>>>,
+    /// App-made tasks whose first drive follows the current tokio drive on its thread, in the
+    /// order they were made (see `Shared::schedule_first_drive`).
+    pub(super) tokio_next: Mutex<VecDeque<Py<Job>>>,
+    /// A `KeyboardInterrupt` or `SystemExit` an app-made task ended with: the loop thread's
+    /// next bridge callback raises it out of the loop, as `Task.__step` does.
+    pub(super) loop_exit: Mutex<Option<PyErr>>,
+    /// Whether `loop_exit` holds one: every loop-thread callback looks, without the lock.
+    pub(super) loop_exit_set: AtomicBool,
     pub(super) next_id: AtomicU64,
     pub handle: tokio::runtime::Handle,
     pub(super) runtime: Mutex<Option<tokio::runtime::Runtime>>,
@@ -121,6 +132,13 @@ impl Shared {
             .insert(job.get().id, job.clone().unbind());
     }
 
+    pub(crate) fn remember_app_task(&self, job: &Bound<'_, Job>) {
+        self.app_tasks
+            .lock()
+            .unwrap()
+            .insert(job.get().id, job.clone().unbind());
+    }
+
     pub(super) fn forget_job(&self, id: u64) {
         let job = self.jobs.lock().unwrap().remove(&id);
         if job.is_some() {
@@ -135,8 +153,18 @@ impl Shared {
         let Some((completion, slot)) = this.end() else {
             return;
         };
-        self.forget_job(this.id);
-        if let Some(TaskSlot { task, must_finish }) = slot {
+        if this.app_task {
+            let job = self.app_tasks.lock().unwrap().remove(&this.id);
+            drop(job);
+        } else {
+            self.forget_job(this.id);
+        }
+        if let Some(TaskSlot {
+            task,
+            must_finish,
+            reusable,
+        }) = slot
+        {
             // Break the task -> job reference cycle, and on 3.11 (where the sentinel never ran)
             // mark the task done so nothing waits on it forever.
             let bound = task.task.bind(py);
@@ -148,7 +176,9 @@ impl Shared {
                     .bind(py)
                     .call1((bound, py.None()));
             }
-            self.api.recycle(py, task);
+            if reusable {
+                self.api.recycle(py, task);
+            }
         }
         match completion {
             Some(Completion::Future(future)) => {
@@ -157,8 +187,29 @@ impl Shared {
                 }
             }
             Some(Completion::Callback(callback)) => callback(py, result),
+            Some(Completion::Task(task)) => {
+                let cancel = this.take_undelivered_cancel();
+                if let Err(err) = deliver_to_task(py, task.bind(py), result, cancel, self) {
+                    err.write_unraisable(py, Some(task.bind(py)));
+                }
+            }
             None => {}
         }
+    }
+
+    /// Ends an app-made task's job without ending the task, which `Task` steps from now on;
+    /// returns the task.
+    pub(super) fn retire_app_task(&self, job: &Bound<'_, Job>) -> Option<Py<PyAny>> {
+        let py = job.py();
+        let this = job.get();
+        let (completion, slot) = this.end()?;
+        let held = self.app_tasks.lock().unwrap().remove(&this.id);
+        drop((completion, held));
+        let task = slot?.task.task;
+        let _ = task
+            .bind(py)
+            .setattr(intern!(py, "_ferrule_job"), py.None());
+        Some(task)
     }
 
     /// Cancels every unfinished coroutine, as `Task.cancel` would (graceful shutdown's end).
@@ -194,6 +245,19 @@ impl Shared {
             len(&self.ready).unwrap_or(0),
             len(&self.scheduled).unwrap_or(0),
         )
+    }
+
+    /// Raises, out of a loop-thread callback, what an app-made task ended with that must stop
+    /// the loop (see `loop_exit`).
+    pub(super) fn raise_loop_exit(&self) -> PyResult<()> {
+        if !self.loop_exit_set.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.loop_exit_set.store(false, Ordering::Release);
+        match self.loop_exit.lock().unwrap().take() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
     }
 
     /// Wakes the loop thread: from a tokio worker, once it runs out of work (see `waker`).
@@ -275,6 +339,44 @@ fn deliver_to_future(
         }
         Err(error) => future.call_method1(intern!(py, "set_exception"), (error.into_value(py),))?,
     };
+    Ok(())
+}
+
+/// Ends an app-made task's future state as `Task.__step` does: the coroutine's return value,
+/// its exception, or cancelled (with the message of the `CancelledError` it raised, or of a
+/// cancellation requested during its last step).
+fn deliver_to_task(
+    py: Python<'_>,
+    task: &Bound<'_, PyAny>,
+    result: PyResult<Py<PyAny>>,
+    undelivered_cancel: Option<Option<Py<PyAny>>>,
+    shared: &Shared,
+) -> PyResult<()> {
+    let api = &shared.api;
+    match (result, undelivered_cancel) {
+        (Ok(_), Some(msg)) => {
+            api.future_cancel.bind(py).call1((task, msg))?;
+        }
+        (Ok(value), None) => {
+            api.future_set_result.bind(py).call1((task, value))?;
+        }
+        (Err(error), _) if error.is_instance(py, api.cancelled_error.bind(py)) => {
+            let args = error.value(py).getattr(intern!(py, "args"))?;
+            let msg = args.get_item(0).ok();
+            api.future_cancel.bind(py).call1((task, msg))?;
+        }
+        (Err(error), _) => {
+            let exits_loop = error.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py)
+                || error.is_instance_of::<pyo3::exceptions::PySystemExit>(py);
+            if exits_loop {
+                *shared.loop_exit.lock().unwrap() = Some(error.clone_ref(py));
+                shared.loop_exit_set.store(true, Ordering::Release);
+            }
+            api.future_set_exception
+                .bind(py)
+                .call1((task, error.into_value(py)))?;
+        }
+    }
     Ok(())
 }
 
