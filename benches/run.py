@@ -499,14 +499,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     # The table first: a chart that cannot be drawn (no matplotlib) must not lose the numbers.
     md_path.write_text(text)
+    drawn = False
     if cells:
-        chart(cells, ceiling, servers, scenarios, png_path)
+        try:
+            chart(cells, ceiling, servers, scenarios, png_path)
+            drawn = True
+        except ImportError:
+            sys.stderr.write("no chart: matplotlib is not installed (pip install matplotlib)\n")
+    if drawn:
         text += f"\n![requests/s and p99 per scenario and server]({png_path.name})\n"
         md_path.write_text(text)
     print(text)
     for failure in failures:
         sys.stderr.write(f"FAILED: {failure}\n")
-    sys.stderr.write(f"wrote {md_path}" + (f" and {png_path}\n" if cells else "\n"))
+    sys.stderr.write(f"wrote {md_path}" + (f" and {png_path}\n" if drawn else "\n"))
     return 1 if failures else 0
 
 
