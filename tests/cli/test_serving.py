@@ -4,6 +4,7 @@ otherwise)."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import socket
@@ -383,6 +384,26 @@ def test_proxy_headers(args: list[str], expected: tuple[str, str]) -> None:
     with running_server("hello_app:app", *args) as server:
         seen = server.get("/", headers=headers).json()
     assert (seen["client"][0], seen["scheme"]) == expected
+
+
+def test_proxy_headers_belong_to_their_own_request_on_a_kept_alive_connection() -> None:
+    """Rule: on one connection, each request's client and scheme come from its own headers: a
+    forwarded request does not lend its client to the next request, nor the connection's
+    first request its own to the later ones. Seen failing with a forwarded client and scheme
+    written into what the connection's scopes start from (the second request reported
+    203.0.113.7 and https)."""
+    forwarded = [("X-Forwarded-For", "203.0.113.7"), ("X-Forwarded-Proto", "https")]
+    args = ["--proxy-headers", "--forwarded-allow-ips", "127.0.0.1"]
+    with running_server("hello_app:app", *args) as server:
+        conn = server.raw()
+        seen = []
+        for headers in (forwarded, [], forwarded, []):
+            conn.send(request_bytes("GET", "/", headers=headers))
+            scope = json.loads(conn.read_response().body)
+            seen.append((scope["client"][0], scope["scheme"]))
+        conn.close()
+    proxied, direct = ("203.0.113.7", "https"), ("127.0.0.1", "http")
+    assert seen == [proxied, direct, proxied, direct]
 
 
 #: Two hops: the client, then a proxy at 10.0.0.5 that hands the request to the test's

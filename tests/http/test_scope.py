@@ -167,6 +167,32 @@ def test_header_order_follows_each_pipelined_request(server: ServerProcess) -> N
     ]
 
 
+def test_each_request_on_a_kept_alive_connection_has_its_own_version(
+    server: ServerProcess,
+) -> None:
+    """Rule: http_version is each request's own, though the requests of one connection share
+    their client, server and scheme: HTTP/1.1, then HTTP/1.0 kept alive, then HTTP/1.1 again
+    on one socket. Broken: a later request reports the version of an earlier one (seen with
+    the version the connection's shared start of a scope was made with: "1.0" for the third
+    and fourth)."""
+    conn = server.raw()
+    scopes = []
+    for version, headers in (
+        ("HTTP/1.1", []),
+        ("HTTP/1.0", [("Connection", "keep-alive")]),
+        ("HTTP/1.1", []),
+        ("HTTP/1.1", []),
+    ):
+        conn.send(request_bytes("GET", "/", version=version, headers=headers))
+        scopes.append(ast.literal_eval(conn.read_response().body.decode()))
+    local = conn.sock.getsockname()
+    conn.close()
+    assert [scope["http_version"] for scope in scopes] == ["1.1", "1.0", "1.1", "1.1"]
+    assert {scope["client"] for scope in scopes} == {local}
+    assert {scope["server"] for scope in scopes} == {("127.0.0.1", server.port)}
+    assert {scope["scheme"] for scope in scopes} == {"http"}
+
+
 def test_client_is_peer_host_and_int_port(server: ServerProcess) -> None:
     """Rule: client is (host str, port int) of the peer: the raw socket's own address. Broken:
     None, a port as str, or another address."""

@@ -1,9 +1,10 @@
 //! `ConnInfo`: one connection's two ends, as the scope wants them.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple};
 
 use super::proxy::Forwarded;
 use super::settings::Settings;
@@ -19,6 +20,17 @@ pub struct ConnInfo {
     pub tls_scope: Option<Box<TlsScope>>,
     /// The tuples above as Python objects, made on the connection's first request.
     python: OnceLock<(Py<PyAny>, Py<PyAny>)>,
+    /// The scope's start for this connection's requests (`asgi::scope`), made on its second:
+    /// a connection that serves one request would pay for it and never use it.
+    pub(crate) scope: OnceLock<ConnScope>,
+    served_one: AtomicBool,
+}
+
+/// The server's scope template with what every request on one connection shares filled in
+/// (`client`, `server`, `scheme`, `http_version`), and the version it holds.
+pub(crate) struct ConnScope {
+    pub(crate) dict: Py<PyDict>,
+    pub(crate) version: http::Version,
 }
 
 impl ConnInfo {
@@ -29,7 +41,14 @@ impl ConnInfo {
             tls: false,
             tls_scope: None,
             python: OnceLock::new(),
+            scope: OnceLock::new(),
+            served_one: AtomicBool::new(false),
         }
+    }
+
+    /// False the first time, true from then on: whether this connection has served a request.
+    pub(crate) fn served_before(&self) -> bool {
+        self.served_one.swap(true, Ordering::Relaxed)
     }
 
     pub(crate) fn python<'py>(

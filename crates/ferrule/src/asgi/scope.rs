@@ -7,7 +7,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
-use super::conn::ConnInfo;
+use super::conn::{ConnInfo, ConnScope};
 use super::proxy::Forwarded;
 use super::raw_head::RawHead;
 
@@ -93,19 +93,25 @@ pub fn build_scope<'py>(
     template: &ScopeTemplate,
     early_hints: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let scope = template.scope.bind(py).copy()?;
-    scope.set_item(intern!(py, "asgi"), template.asgi.bind(py).copy()?)?;
-    scope.set_item(
-        intern!(py, "http_version"),
-        http_version_str(py, parts.version),
-    )?;
-    scope.set_item(intern!(py, "method"), method_name(py, &parts.method))?;
-    let scheme = match forwarded.scheme {
-        Some(scheme) => PyString::intern(py, scheme),
-        None if conn.tls => intern!(py, "https").clone(),
-        None => intern!(py, "http").clone(),
+    let scope = match conn_scope(py, template, conn, parts.version)? {
+        Some(start) => {
+            let scope = start.dict.bind(py).copy()?;
+            if start.version != parts.version {
+                set_version(&scope, parts.version)?;
+            }
+            scope
+        }
+        None => {
+            let scope = template.scope.bind(py).copy()?;
+            set_conn_items(&scope, conn, parts.version)?;
+            scope
+        }
     };
-    scope.set_item(intern!(py, "scheme"), scheme)?;
+    scope.set_item(intern!(py, "asgi"), template.asgi.bind(py).copy()?)?;
+    scope.set_item(intern!(py, "method"), method_name(py, &parts.method))?;
+    if let Some(scheme) = forwarded.scheme {
+        scope.set_item(intern!(py, "scheme"), PyString::intern(py, scheme))?;
+    }
     let raw_path = parts.uri.path().as_bytes();
     // The path is a `str` already (the `http` crate checks it is UTF-8): without a `%` it is
     // its own decoding, and the decoder's UTF-8 check can be skipped.
@@ -152,12 +158,9 @@ pub fn build_scope<'py>(
         .map(|(name, value)| (PyBytes::new(py, name), PyBytes::new(py, value)));
     let headers = PyList::new(py, pairs)?;
     scope.set_item(intern!(py, "headers"), headers)?;
-    let (client, server_addr) = conn.python(py)?;
-    match &forwarded.client {
-        Some((host, port)) => scope.set_item(intern!(py, "client"), (host, *port))?,
-        None => scope.set_item(intern!(py, "client"), client)?,
+    if let Some((host, port)) = &forwarded.client {
+        scope.set_item(intern!(py, "client"), (host, *port))?;
     }
-    scope.set_item(intern!(py, "server"), server_addr)?;
     let extensions = match early_hints {
         true => &template.extensions_hinted,
         false => &template.extensions,
@@ -169,6 +172,49 @@ pub fn build_scope<'py>(
         scope.set_item(intern!(py, "state"), state.bind(py).copy()?)?;
     }
     Ok(scope)
+}
+
+/// The connection's start of a scope, from its second request on (`None` before): each
+/// request's copy then has its `client`, `server`, `scheme` and `http_version` already.
+fn conn_scope<'a>(
+    py: Python<'_>,
+    template: &ScopeTemplate,
+    conn: &'a ConnInfo,
+    version: Version,
+) -> PyResult<Option<&'a ConnScope>> {
+    if let Some(start) = conn.scope.get() {
+        return Ok(Some(start));
+    }
+    if !conn.served_before() {
+        return Ok(None);
+    }
+    let dict = template.scope.bind(py).copy()?;
+    set_conn_items(&dict, conn, version)?;
+    let start = ConnScope {
+        dict: dict.unbind(),
+        version,
+    };
+    // Under the GIL no other stream of the connection can have set it meanwhile.
+    Ok(Some(conn.scope.get_or_init(|| start)))
+}
+
+/// What a connection's requests share: its two ends and its scheme; and the request's version.
+fn set_conn_items(scope: &Bound<'_, PyDict>, conn: &ConnInfo, version: Version) -> PyResult<()> {
+    let py = scope.py();
+    set_version(scope, version)?;
+    let scheme = match conn.tls {
+        true => intern!(py, "https"),
+        false => intern!(py, "http"),
+    };
+    scope.set_item(intern!(py, "scheme"), scheme)?;
+    let (client, server) = conn.python(py)?;
+    scope.set_item(intern!(py, "client"), client)?;
+    scope.set_item(intern!(py, "server"), server)
+}
+
+fn set_version(scope: &Bound<'_, PyDict>, version: Version) -> PyResult<()> {
+    let py = scope.py();
+    scope.set_item(intern!(py, "http_version"), http_version_str(py, version))
 }
 
 /// `extensions["tls"]` on a TLS connection: the connection's one dict (absent, as the
