@@ -62,12 +62,21 @@ class Server:
     command: str
     only: tuple[str, ...] | None = None  # the scenarios it serves, if not all
     http: tuple[str, ...] = ("1",)  # the HTTP versions it speaks
+    # Appended to the command for HTTP/2 only: for a server whose HTTP/2 is a switch rather
+    # than a version to name, so its HTTP/1.1 runs keep the plain HTTP/1.1 setup.
+    http2_flags: str = ""
+    # It busy-polls while idle: run.py keeps it stopped (SIGSTOP) outside its own runs, or it
+    # would take the server core from the others of its group.
+    spins_idle: bool = False
 
     def serves(self, scenario: Scenario) -> bool:
         return scenario.http in self.http and (self.only is None or scenario.name in self.only)
 
     def argv(self, app: str, port: int, http: str = "1") -> list[str]:
-        return [sys.executable, *self.command.format(app=app, port=port, http=http).split()]
+        command = self.command
+        if http == "2" and self.http2_flags:
+            command += " " + self.http2_flags
+        return [sys.executable, *command.format(app=app, port=port, http=http).split()]
 
 
 # ferrule answers its bridge counters as JSON on this path, from Rust (`--stats-route`): read
@@ -193,6 +202,7 @@ class ServerProcess:
         self.argv = ["taskset", "-c", SERVER_CPU, *server.argv(app, self.port, http)]
         env = dict(os.environ, PYTHONPATH=pythonpath(server), PYTHONUNBUFFERED="1")
         self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.paused = False
         self.reader: subprocess.Popen | None = None
         out = self.log
         if stdout == "pipe":
@@ -242,7 +252,21 @@ class ServerProcess:
             conn.close()
         return True
 
+    def pause(self) -> None:
+        """Stops every process of the server (SIGSTOP) until resume(): one that spins while
+        idle then takes no CPU from the server being measured."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGCONT)
+            self.paused = False
+
     def stop(self) -> None:
+        self.resume()  # a stopped process would hold SIGTERM until continued
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
