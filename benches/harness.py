@@ -86,7 +86,9 @@ STATS = f" --stats-route {STATS_PATH}"
 
 # ferrule runs with its default `--http auto` (HTTP/1.1 and h2c with prior knowledge) for every
 # scenario. granian gets `--http 1` or `--http 2`: its `--http auto` takes h2c too, but served it
-# markedly slower in a spot check (granian 2.8.7).
+# markedly slower in a spot check (granian 2.8.7). uvicorn-zttp likewise gets `--http2` for the
+# HTTP/2 scenarios only: with it, every connection first goes through a layer that sniffs for
+# the h2c preface.
 SERVERS = [
     Server(
         "ferrule-asyncio",
@@ -114,6 +116,15 @@ SERVERS = [
         "-m granian {app} --port {port} --interface asgi --workers 1 --http {http}"
         " --log-level warning",
         http=("1", "2"),
+    ),
+    # uvicorn on zttp, its Zig HTTP parser (`pip install zttp`), the only one it serves HTTP/2
+    # with (h2c with prior knowledge once `--http2` is given).
+    Server(
+        "uvicorn-zttp",
+        "-m uvicorn {app} --port {port} --loop uvloop --http zttp"
+        " --no-access-log --log-level warning",
+        http=("1", "2"),
+        http2_flags="--http2",
     ),
 ]
 SERVERS_BY_NAME = {s.name: s for s in SERVERS}

@@ -38,7 +38,7 @@ TARGETS = [
 
 
 # Why a server has no cell in some rows, for the table note.
-NOT_SERVED = "uvicorn speaks no HTTP/2; ferrule-rust is measured on hello only"
+NOT_SERVED = "uvicorn on httptools speaks no HTTP/2; ferrule-rust is measured on hello only"
 
 # The per-request trace's histograms (`--trace`, ferrule's `--trace-requests`).
 TRACE_HISTOGRAMS = ("gil_wait", "first_drive", "resume_wait")
@@ -75,7 +75,7 @@ def machine_lines(load_before: str, build: str) -> list[str]:
     h2load_version = sh("h2load", "--version").split()[-1:] or ["?"]
     versions = ", ".join(
         f"{name} {version(name)}"
-        for name in ("uvicorn", "granian", "uvloop", "httptools", "fastapi", "anyio")
+        for name in ("uvicorn", "granian", "uvloop", "httptools", "zttp", "fastapi", "anyio")
     )
     return [
         f"- Machine: {sh('nproc')} CPUs ({cpu_model()}), Linux {platform.release()}",
@@ -227,7 +227,8 @@ def h2_method(names: str, args: argparse.Namespace) -> str:
     return (
         f"- HTTP/2 ({names}): `taskset -c 1 h2load -c{H2LOAD_CLIENTS} -m{H2LOAD_STREAMS}"
         f" -D {args.duration} {warmup}--log-file FILE`, h2c with prior knowledge, no separate"
-        " warm-up run; servers: ferrule (`--http auto`, its default) and granian (`--http 2`)."
+        " warm-up run; servers: ferrule (`--http auto`, its default), granian (`--http 2`) and"
+        " uvicorn-zttp (`--http zttp --http2`)."
         " h2load prints no percentiles: p50/p99 are computed from its per-request log (every"
         " response of the measured period, from the request's submission to the stream's"
         ' close); errors are its "errored" streams (timeouts included), non-2xx its 3xx-5xx.'

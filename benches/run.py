@@ -12,13 +12,13 @@ is kept stopped, SIGSTOP, outside its own runs); for each scenario, each is warm
 measured in `--repeats` rounds of one `--duration`-second run per server, so the servers
 compared take turns within the same minute (this machine's speed drifts by tens of percent
 over minutes). The table gives the median of each column over the repeats (errors and
-non-2xx are summed). The HTTP/2 scenario
-(h2-hello) is driven by h2load instead (`h2load -c10 -m10`, h2c with prior knowledge, each
-run with its own `--warm-up-time`; p50/p99 from its per-request log), against the servers that
-speak HTTP/2: ferrule and granian (`--http 2`); the others show '-'. Then, if oha is
-installed (`cargo install oha`), an open-loop pass: every server is offered the same fixed rate
-and oha reports latency corrected for coordinated omission. First of all, the Python-only
-ceiling (benches/ceiling.py). A Markdown table and a PNG chart land in
+non-2xx are summed). The HTTP/2 scenario (h2-hello) is driven by h2load instead (`h2load
+-c10 -m10`, h2c with prior knowledge, each run with its own `--warm-up-time`; p50/p99 from its
+per-request log), against the servers that speak HTTP/2: ferrule, granian (`--http 2`) and
+uvicorn-zttp (`--http zttp --http2`); the others show '-'. Then, if oha is installed (`cargo
+install oha`), an open-loop pass: every server is offered the same fixed rate and oha reports
+latency corrected for coordinated omission. First of all, the Python-only ceiling
+(benches/ceiling.py). A Markdown table and a PNG chart land in
 benches/results/<timestamp>.{md,png}.
 """
 
@@ -402,8 +402,8 @@ def run_ceiling(scenarios: list[Scenario], seconds: float, connections: int) -> 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="ferrule vs uvicorn vs granian, server on CPU 0 and wrk (h2load for"
-        " HTTP/2) on CPU 1.",
+        description="ferrule vs uvicorn (httptools and zttp) vs granian, server on CPU 0 and"
+        " wrk (h2load for HTTP/2) on CPU 1.",
         epilog="scenarios: "
         + ", ".join(s.name for s in SCENARIOS)
         + "; servers: "
