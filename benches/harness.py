@@ -126,6 +126,18 @@ SERVERS = [
         http=("1", "2"),
         http2_flags="--http2",
     ),
+    # FastPySGI 0.6: C on libuv and llhttp, driving asyncio's loop for ASGI apps. `python -m
+    # fastpysgi` returns at once (the module has no __main__ block), so its console entry point
+    # is called with -c (code without spaces: the command is split on them). Its ASGI mode
+    # busy-polls, a core's worth of CPU while idle. It is left out of `stream`: after the first
+    # body chunk of a response with more_body it logs "client state cannot equ CS_RESP_SEND",
+    # sends nothing more and leaves the connection open, so the response never ends.
+    Server(
+        "fastpysgi",
+        "-c __import__('fastpysgi').run_from_cli() {app} --host 127.0.0.1 -p {port} -l 4",
+        only=("hello", "sleep3", "task", "anyio", "fastapi-async", "fastapi-sync", "echo"),
+        spins_idle=True,
+    ),
 ]
 SERVERS_BY_NAME = {s.name: s for s in SERVERS}
 

@@ -38,7 +38,13 @@ TARGETS = [
 
 
 # Why a server has no cell in some rows, for the table note.
-NOT_SERVED = "uvicorn on httptools speaks no HTTP/2; ferrule-rust is measured on hello only"
+NOT_SERVED = (
+    "uvicorn on httptools and fastpysgi speak no HTTP/2; ferrule-rust is measured on hello only;"
+    " fastpysgi never ends a streamed response (benches/harness.py)"
+)
+
+# The packages whose versions a report names: the peers and what the apps run on.
+VERSIONED = ("uvicorn", "granian", "uvloop", "httptools", "zttp", "fastpysgi", "fastapi", "anyio")
 
 # The per-request trace's histograms (`--trace`, ferrule's `--trace-requests`).
 TRACE_HISTOGRAMS = ("gil_wait", "first_drive", "resume_wait")
@@ -73,10 +79,7 @@ def machine_lines(load_before: str, build: str) -> list[str]:
     wrk = sh("wrk", "-v").splitlines()
     wrk_version = wrk[0].split()[1] if wrk and len(wrk[0].split()) > 1 else "?"
     h2load_version = sh("h2load", "--version").split()[-1:] or ["?"]
-    versions = ", ".join(
-        f"{name} {version(name)}"
-        for name in ("uvicorn", "granian", "uvloop", "httptools", "zttp", "fastapi", "anyio")
-    )
+    versions = ", ".join(f"{name} {version(name)}" for name in VERSIONED)
     return [
         f"- Machine: {sh('nproc')} CPUs ({cpu_model()}), Linux {platform.release()}",
         f"- Load average (1/5/15 min) before: {load_before}; after: {loadavg()}",
@@ -364,7 +367,7 @@ def chart(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    palette = ["#1f77b4", "#17becf", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"]
+    palette = ["#1f77b4", "#17becf", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
     every = [s.name for s in SERVERS]  # a server keeps its colour whichever ones are run
     names = [s.name for s in servers]
     colors = [palette[every.index(n) % len(palette)] for n in names]

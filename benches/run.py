@@ -6,12 +6,14 @@
     python benches/run.py --ferrule-path DIR    # ferrule imported from DIR (a release wheel
                                                 # unpacked with pip install --no-deps --target)
 
-Each server is pinned to CPU 0 with taskset and wrk to CPU 1 (`wrk -t1 -c50 --latency`). All
-servers of one app module run at once (idle ones cost nothing; one that busy-polls while idle
-is kept stopped, SIGSTOP, outside its own runs); for each scenario, each is warmed up, then
-measured in `--repeats` rounds of one `--duration`-second run per server, so the servers
-compared take turns within the same minute (this machine's speed drifts by tens of percent
-over minutes). The table gives the median of each column over the repeats (errors and
+The servers (`SERVERS` in benches/harness.py, which gives each one's command line): ferrule on
+asyncio and on uvloop and its Rust-only route, uvicorn on httptools and on zttp, granian and
+FastPySGI. Each is pinned to CPU 0 with taskset and wrk to CPU 1 (`wrk -t1 -c50 --latency`).
+All servers of one app module run at once (idle ones cost nothing; fastpysgi, which busy-polls
+while idle, is kept stopped, SIGSTOP, outside its own runs); for each scenario, each is warmed
+up, then measured in `--repeats` rounds of one `--duration`-second run per server, so the
+servers compared take turns within the same minute (this machine's speed drifts by tens of
+percent over minutes). The table gives the median of each column over the repeats (errors and
 non-2xx are summed). The HTTP/2 scenario (h2-hello) is driven by h2load instead (`h2load
 -c10 -m10`, h2c with prior knowledge, each run with its own `--warm-up-time`; p50/p99 from its
 per-request log), against the servers that speak HTTP/2: ferrule, granian (`--http 2`) and
@@ -402,8 +404,8 @@ def run_ceiling(scenarios: list[Scenario], seconds: float, connections: int) -> 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="ferrule vs uvicorn (httptools and zttp) vs granian, server on CPU 0 and"
-        " wrk (h2load for HTTP/2) on CPU 1.",
+        description="ferrule vs uvicorn (httptools and zttp), granian and FastPySGI, server on"
+        " CPU 0 and wrk (h2load for HTTP/2) on CPU 1.",
         epilog="scenarios: "
         + ", ".join(s.name for s in SCENARIOS)
         + "; servers: "
