@@ -62,12 +62,21 @@ class Server:
     command: str
     only: tuple[str, ...] | None = None  # the scenarios it serves, if not all
     http: tuple[str, ...] = ("1",)  # the HTTP versions it speaks
+    # Appended to the command for HTTP/2 only: for a server whose HTTP/2 is a switch rather
+    # than a version to name, so its HTTP/1.1 runs keep the plain HTTP/1.1 setup.
+    http2_flags: str = ""
+    # It busy-polls while idle: run.py keeps it stopped (SIGSTOP) outside its own runs, or it
+    # would take the server core from the others of its group.
+    spins_idle: bool = False
 
     def serves(self, scenario: Scenario) -> bool:
         return scenario.http in self.http and (self.only is None or scenario.name in self.only)
 
     def argv(self, app: str, port: int, http: str = "1") -> list[str]:
-        return [sys.executable, *self.command.format(app=app, port=port, http=http).split()]
+        command = self.command
+        if http == "2" and self.http2_flags:
+            command += " " + self.http2_flags
+        return [sys.executable, *command.format(app=app, port=port, http=http).split()]
 
 
 # ferrule answers its bridge counters as JSON on this path, from Rust (`--stats-route`): read
@@ -77,7 +86,9 @@ STATS = f" --stats-route {STATS_PATH}"
 
 # ferrule runs with its default `--http auto` (HTTP/1.1 and h2c with prior knowledge) for every
 # scenario. granian gets `--http 1` or `--http 2`: its `--http auto` takes h2c too, but served it
-# markedly slower in a spot check (granian 2.8.7).
+# markedly slower in a spot check (granian 2.8.7). uvicorn-zttp likewise gets `--http2` for the
+# HTTP/2 scenarios only: with it, every connection first goes through a layer that sniffs for
+# the h2c preface.
 SERVERS = [
     Server(
         "ferrule-asyncio",
@@ -105,6 +116,27 @@ SERVERS = [
         "-m granian {app} --port {port} --interface asgi --workers 1 --http {http}"
         " --log-level warning",
         http=("1", "2"),
+    ),
+    # uvicorn on zttp, its Zig HTTP parser (`pip install zttp`), the only one it serves HTTP/2
+    # with (h2c with prior knowledge once `--http2` is given).
+    Server(
+        "uvicorn-zttp",
+        "-m uvicorn {app} --port {port} --loop uvloop --http zttp"
+        " --no-access-log --log-level warning",
+        http=("1", "2"),
+        http2_flags="--http2",
+    ),
+    # FastPySGI 0.6: C on libuv and llhttp, driving asyncio's loop for ASGI apps. `python -m
+    # fastpysgi` returns at once (the module has no __main__ block), so its console entry point
+    # is called with -c (code without spaces: the command is split on them). Its ASGI mode
+    # busy-polls, a core's worth of CPU while idle. It is left out of `stream`: after the first
+    # body chunk of a response with more_body it logs "client state cannot equ CS_RESP_SEND",
+    # sends nothing more and leaves the connection open, so the response never ends.
+    Server(
+        "fastpysgi",
+        "-c __import__('fastpysgi').run_from_cli() {app} --host 127.0.0.1 -p {port} -l 4",
+        only=("hello", "sleep3", "task", "anyio", "fastapi-async", "fastapi-sync", "echo"),
+        spins_idle=True,
     ),
 ]
 SERVERS_BY_NAME = {s.name: s for s in SERVERS}
@@ -193,6 +225,7 @@ class ServerProcess:
         self.argv = ["taskset", "-c", SERVER_CPU, *server.argv(app, self.port, http)]
         env = dict(os.environ, PYTHONPATH=pythonpath(server), PYTHONUNBUFFERED="1")
         self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.paused = False
         self.reader: subprocess.Popen | None = None
         out = self.log
         if stdout == "pipe":
@@ -242,7 +275,21 @@ class ServerProcess:
             conn.close()
         return True
 
+    def pause(self) -> None:
+        """Stops every process of the server (SIGSTOP) until resume(): one that spins while
+        idle then takes no CPU from the server being measured."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGCONT)
+            self.paused = False
+
     def stop(self) -> None:
+        self.resume()  # a stopped process would hold SIGTERM until continued
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)

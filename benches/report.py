@@ -38,7 +38,13 @@ TARGETS = [
 
 
 # Why a server has no cell in some rows, for the table note.
-NOT_SERVED = "uvicorn speaks no HTTP/2; ferrule-rust is measured on hello only"
+NOT_SERVED = (
+    "uvicorn on httptools and fastpysgi speak no HTTP/2; ferrule-rust is measured on hello only;"
+    " fastpysgi never ends a streamed response (benches/harness.py)"
+)
+
+# The packages whose versions a report names: the peers and what the apps run on.
+VERSIONED = ("uvicorn", "granian", "uvloop", "httptools", "zttp", "fastpysgi", "fastapi", "anyio")
 
 # The per-request trace's histograms (`--trace`, ferrule's `--trace-requests`).
 TRACE_HISTOGRAMS = ("gil_wait", "first_drive", "resume_wait")
@@ -73,10 +79,7 @@ def machine_lines(load_before: str, build: str) -> list[str]:
     wrk = sh("wrk", "-v").splitlines()
     wrk_version = wrk[0].split()[1] if wrk and len(wrk[0].split()) > 1 else "?"
     h2load_version = sh("h2load", "--version").split()[-1:] or ["?"]
-    versions = ", ".join(
-        f"{name} {version(name)}"
-        for name in ("uvicorn", "granian", "uvloop", "httptools", "fastapi", "anyio")
-    )
+    versions = ", ".join(f"{name} {version(name)}" for name in VERSIONED)
     return [
         f"- Machine: {sh('nproc')} CPUs ({cpu_model()}), Linux {platform.release()}",
         f"- Load average (1/5/15 min) before: {load_before}; after: {loadavg()}",
@@ -227,7 +230,8 @@ def h2_method(names: str, args: argparse.Namespace) -> str:
     return (
         f"- HTTP/2 ({names}): `taskset -c 1 h2load -c{H2LOAD_CLIENTS} -m{H2LOAD_STREAMS}"
         f" -D {args.duration} {warmup}--log-file FILE`, h2c with prior knowledge, no separate"
-        " warm-up run; servers: ferrule (`--http auto`, its default) and granian (`--http 2`)."
+        " warm-up run; servers: ferrule (`--http auto`, its default), granian (`--http 2`) and"
+        " uvicorn-zttp (`--http zttp --http2`)."
         " h2load prints no percentiles: p50/p99 are computed from its per-request log (every"
         " response of the measured period, from the request's submission to the stream's"
         ' close); errors are its "errored" streams (timeouts included), non-2xx its 3xx-5xx.'
@@ -363,7 +367,7 @@ def chart(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    palette = ["#1f77b4", "#17becf", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"]
+    palette = ["#1f77b4", "#17becf", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
     every = [s.name for s in SERVERS]  # a server keeps its colour whichever ones are run
     names = [s.name for s in servers]
     colors = [palette[every.index(n) % len(palette)] for n in names]

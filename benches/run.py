@@ -6,18 +6,21 @@
     python benches/run.py --ferrule-path DIR    # ferrule imported from DIR (a release wheel
                                                 # unpacked with pip install --no-deps --target)
 
-Each server is pinned to CPU 0 with taskset and wrk to CPU 1 (`wrk -t1 -c50 --latency`). All
-servers of one app module run at once (idle ones cost nothing); for each scenario, each is
-warmed up, then measured in `--repeats` rounds of one `--duration`-second run per server, so
-the servers compared take turns within the same minute (this machine's speed drifts by tens of
+The servers (`SERVERS` in benches/harness.py, which gives each one's command line): ferrule on
+asyncio and on uvloop and its Rust-only route, uvicorn on httptools and on zttp, granian and
+FastPySGI. Each is pinned to CPU 0 with taskset and wrk to CPU 1 (`wrk -t1 -c50 --latency`).
+All servers of one app module run at once (idle ones cost nothing; fastpysgi, which busy-polls
+while idle, is kept stopped, SIGSTOP, outside its own runs); for each scenario, each is warmed
+up, then measured in `--repeats` rounds of one `--duration`-second run per server, so the
+servers compared take turns within the same minute (this machine's speed drifts by tens of
 percent over minutes). The table gives the median of each column over the repeats (errors and
-non-2xx are summed). The HTTP/2 scenario
-(h2-hello) is driven by h2load instead (`h2load -c10 -m10`, h2c with prior knowledge, each
-run with its own `--warm-up-time`; p50/p99 from its per-request log), against the servers that
-speak HTTP/2: ferrule and granian (`--http 2`); the others show '-'. Then, if oha is
-installed (`cargo install oha`), an open-loop pass: every server is offered the same fixed rate
-and oha reports latency corrected for coordinated omission. First of all, the Python-only
-ceiling (benches/ceiling.py). A Markdown table and a PNG chart land in
+non-2xx are summed). The HTTP/2 scenario (h2-hello) is driven by h2load instead (`h2load
+-c10 -m10`, h2c with prior knowledge, each run with its own `--warm-up-time`; p50/p99 from its
+per-request log), against the servers that speak HTTP/2: ferrule, granian (`--http 2`) and
+uvicorn-zttp (`--http zttp --http2`); the others show '-'. Then, if oha is installed (`cargo
+install oha`), an open-loop pass: every server is offered the same fixed rate and oha reports
+latency corrected for coordinated omission. First of all, the Python-only ceiling
+(benches/ceiling.py). A Markdown table and a PNG chart land in
 benches/results/<timestamp>.{md,png}.
 """
 
@@ -185,7 +188,21 @@ class Group:
             self.failures.append(f"{server.name} on {self.app}: {exc}")
             return False
         self.procs[server.name] = proc
+        if server.spins_idle:
+            proc.pause()
         return True
+
+    @contextlib.contextmanager
+    def turn(self, server: Server) -> Iterator[ServerProcess]:
+        """The server's process, running for the block: one that spins while idle is stopped
+        again after it, so it takes no CPU from the others' runs."""
+        proc = self.procs[server.name]
+        proc.resume()
+        try:
+            yield proc
+        finally:
+            if server.spins_idle:
+                proc.pause()
 
     def failed(self, server: Server, scenario: Scenario, exc: Exception, probe_path: str, progress):
         """Records the failure and restarts the server for the scenarios left, so one stalled
@@ -267,7 +284,8 @@ def measure_closed_loop(
         proc = procs[server.name]
         if args.warmup and scenario.http == "1":  # h2load warms up inside each run
             progress.show(f"{server.name} {scenario.name}: warm-up {args.warmup}s")
-            closed_loop(scenario, proc.url(scenario.path), group.tmp, args)(args.warmup)
+            with group.turn(server):
+                closed_loop(scenario, proc.url(scenario.path), group.tmp, args)(args.warmup)
         before[server.name] = proc.bridge_counters()
     live = list(servers)
     for i in range(args.repeats):
@@ -278,7 +296,7 @@ def measure_closed_loop(
             progress.show(f"{server.name} {scenario.name}: repeat {i + 1}/{args.repeats}")
             proc = procs[server.name]
             try:
-                with cpu_window(proc, scenario, args) as cpu:
+                with group.turn(server), cpu_window(proc, scenario, args) as cpu:
                     result = closed_loop(scenario, proc.url(scenario.path), group.tmp, args)(
                         args.duration
                     )
@@ -346,9 +364,10 @@ def run_servers(servers: list[Server], scenarios: list[Scenario], args) -> tuple
                 progress.show(f"{server.name} {scenario.name}: open loop at {rate:,} req/s")
                 url = group.procs[server.name].url(scenario.path)
                 try:
-                    if args.warmup:
-                        run_oha(url, args.warmup, args.connections, rate, scenario)
-                    result = run_oha(url, args.duration, args.connections, rate, scenario)
+                    with group.turn(server):
+                        if args.warmup:
+                            run_oha(url, args.warmup, args.connections, rate, scenario)
+                        result = run_oha(url, args.duration, args.connections, rate, scenario)
                 except MEASURE_ERRORS as exc:
                     progress.done += 1
                     group.failed(server, scenario, exc, scenario.path, progress)
@@ -385,8 +404,8 @@ def run_ceiling(scenarios: list[Scenario], seconds: float, connections: int) -> 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description="ferrule vs uvicorn vs granian, server on CPU 0 and wrk (h2load for"
-        " HTTP/2) on CPU 1.",
+        description="ferrule vs uvicorn (httptools and zttp), granian and FastPySGI, server on"
+        " CPU 0 and wrk (h2load for HTTP/2) on CPU 1.",
         epilog="scenarios: "
         + ", ".join(s.name for s in SCENARIOS)
         + "; servers: "
