@@ -79,6 +79,17 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             (b"set-cookie", b"b=2"),
         ]
         await send_response(send, b"ok", headers=headers)
+    elif path == "/header-shapes":
+        # The same three headers in each shape the spec's iterable of pairs allows.
+        pairs = [(b"set-cookie", b"a=1"), (b"x-custom", b"Value"), (b"set-cookie", b"b=2")]
+        shapes = {
+            "tuples": pairs,
+            "lists": [list(pair) for pair in pairs],
+            "tuple": tuple(pairs),
+            "iterator": iter(pairs),
+        }
+        await start(send, 200, shapes[params["shape"]])
+        await body(send, b"ok")
     elif path == "/pathsend":
         # The file named by ?file=, sent by the server (http.response.pathsend).
         assert "http.response.pathsend" in scope.get("extensions", {})

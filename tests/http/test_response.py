@@ -183,6 +183,20 @@ def test_status_and_repeated_response_headers(server: ServerProcess) -> None:
     assert response.header("x-custom") == "Value With Case"
 
 
+@pytest.mark.parametrize("shape", ["tuples", "lists", "tuple", "iterator"])
+def test_response_headers_in_every_iterable_shape(server: ServerProcess, shape: str) -> None:
+    """Rule: ``headers`` is an iterable of two-item iterables (the spec's examples use lists):
+    a list of tuples or of lists, a tuple of tuples, an iterator all reach the client alike,
+    in order. Broken: a shape other than a list of tuples loses its headers or fails (seen
+    with only a list read: the tuple's and the iterator's responses were 500s)."""
+    with server.raw() as conn:
+        conn.send(request_bytes("GET", f"/header-shapes?shape={shape}"))
+        response = conn.read_response()
+    assert response.status == 200
+    assert response.all("set-cookie") == ["a=1", "b=2"]
+    assert response.header("x-custom") == "Value"
+
+
 def test_send_raises_oserror_after_client_disconnects(server: ServerProcess) -> None:
     """Rule: once the client has gone away, send() raises an OSError subclass, so the app stops
     producing. The client reads the start of an endless stream and closes. Broken: send() keeps

@@ -4,7 +4,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 /// `message[key]`, or `None` when the key is missing. A plain dict is read without raising
 /// (and catching) a `KeyError`, which costs more than the rest of a small `send()`.
@@ -75,32 +75,47 @@ pub(crate) fn parse_headers_into(
     };
     // Room for the app's headers and the server's own (`server`): the map grows no more.
     let mut headers = HeaderMap::with_capacity(items.len().unwrap_or(0) + 2);
-    for item in items.try_iter()? {
-        let item = item?;
-        let [name, value] = header_pair(&item)?;
-        let name = name
-            .cast::<PyBytes>()
-            .map_err(|_| PyTypeError::new_err("response header names must be bytes"))?
-            .as_bytes();
-        let value = value
-            .cast::<PyBytes>()
-            .map_err(|_| PyTypeError::new_err("response header values must be bytes"))?
-            .as_bytes();
-        let name = HeaderName::from_bytes(name).map_err(|_| {
-            PyValueError::new_err(format!(
-                "invalid response header name {:?}",
-                String::from_utf8_lossy(name)
-            ))
-        })?;
-        let value = HeaderValue::from_bytes(value).map_err(|_| {
-            PyValueError::new_err(format!("invalid value for response header {name}"))
-        })?;
-        if name == http::header::CONTENT_LENGTH {
-            declared.add(value.as_bytes())?;
+    // A list, as apps almost always give, is read by index: no iterator object to make.
+    if let Ok(list) = items.cast_exact::<PyList>() {
+        for item in list.iter() {
+            add_header(&mut headers, &item, declared)?;
         }
-        headers.append(name, value);
+        return Ok(headers);
+    }
+    for item in items.try_iter()? {
+        add_header(&mut headers, &item?, declared)?;
     }
     Ok(headers)
+}
+
+/// One `(name, value)` of the app's headers into `headers`.
+fn add_header(
+    headers: &mut HeaderMap,
+    item: &Bound<'_, PyAny>,
+    declared: &mut DeclaredLength,
+) -> PyResult<()> {
+    let [name, value] = header_pair(item)?;
+    let name = name
+        .cast::<PyBytes>()
+        .map_err(|_| PyTypeError::new_err("response header names must be bytes"))?
+        .as_bytes();
+    let value = value
+        .cast::<PyBytes>()
+        .map_err(|_| PyTypeError::new_err("response header values must be bytes"))?
+        .as_bytes();
+    let name = HeaderName::from_bytes(name).map_err(|_| {
+        PyValueError::new_err(format!(
+            "invalid response header name {:?}",
+            String::from_utf8_lossy(name)
+        ))
+    })?;
+    let value = HeaderValue::from_bytes(value)
+        .map_err(|_| PyValueError::new_err(format!("invalid value for response header {name}")))?;
+    if name == http::header::CONTENT_LENGTH {
+        declared.add(value.as_bytes())?;
+    }
+    headers.append(name, value);
+    Ok(())
 }
 
 /// The links of an `http.response.early_hint` message: an iterable of `bytes`, each a
