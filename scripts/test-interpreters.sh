@@ -25,6 +25,9 @@ PACKAGES=(
     procps # pgrep: tests find a server's worker processes with it
     haproxy # the PROXY protocol's client in tests/http/test_proxy_protocol.py
     curl # a real client in the compression and static-file tests
+    # test.test_asyncio and test_context, which Debian leaves out of the interpreter: the task
+    # suites (--task-suites) run them
+    libpython3.13-testsuite libpython3.14-testsuite
 )
 
 usage() {
@@ -244,7 +247,7 @@ mount_chroot
 
 if [[ ! -f $READY_MARKER ]] || [[ "$(head -n 1 "$READY_MARKER")" != "$SETUP_ID" ]]; then
     rm -f "$READY_MARKER"
-    run_phase "apt: install interpreters, gcc, rustc, cargo, procps, haproxy, curl" "$SETUP_LOG" \
+    run_phase "apt: install interpreters, their test suites, gcc, rustc, cargo, procps, haproxy, curl" "$SETUP_LOG" \
         in_chroot "apt-get update && apt-get install -y ${PACKAGES[*]} && apt-get clean" || exit 1
     {
         echo "$SETUP_ID"
