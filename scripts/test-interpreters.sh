@@ -5,7 +5,8 @@
 # checkout, or with --wheels DIR the manylinux wheel scripts/build-wheels.sh left in DIR for it;
 # scripts/check_wheel.py installs that wheel alone into another fresh venv and serves the example
 # app from it; then the wheel with its test extras goes into the venv and `python -m pytest tests
-# -q` runs (the suite runs every scenario on asyncio and on uvloop).
+# -q` runs (the suite runs every scenario on asyncio and on uvloop); with --task-suites, then
+# CPython's own task suites with ferrule's task factory (scripts/task_suites.py) on both loops.
 #
 # The chroot lives outside the checkout and is reused between runs; the cargo registry, the pip
 # cache and one cargo target dir per interpreter persist inside it. Needs root (debootstrap,
@@ -49,6 +50,9 @@ Options:
   --no-tests       stop after checking each interpreter's wheel (scripts/check_wheel.py)
   --ignore PATH    leave this test directory or file out (repeatable; pytest's --ignore)
   --smoke-only X.Y run only the smoke tests (pytest -m smoke) under this interpreter (repeatable)
+  --task-suites X.Y after this interpreter's tests, also run CPython's task suites with ferrule's task
+                   factory on asyncio and on uvloop (scripts/task_suites.py; repeatable); a test
+                   that fails with the factory only fails the interpreter
   --prepare        only set up the chroot (if need be) and exit
   --verbose        also stream setup/build output (always in the logs)
   --shell          set up the chroot, copy the source, then open a shell in it (no tests)
@@ -84,6 +88,7 @@ WHEEL_DIR=""
 NO_TESTS=0
 IGNORE=()
 SMOKE_ONLY=" "
+TASK_SUITES=" "
 PREPARE=0
 
 while (($#)); do
@@ -98,6 +103,7 @@ while (($#)); do
         --no-tests) NO_TESTS=1; shift ;;
         --ignore) (($# >= 2)) || die "--ignore needs a path"; IGNORE+=("--ignore=$2"); shift 2 ;;
         --smoke-only) (($# >= 2)) || die "--smoke-only needs a version"; SMOKE_ONLY+="$2 "; shift 2 ;;
+        --task-suites) (($# >= 2)) || die "--task-suites needs a version"; TASK_SUITES+="$2 "; shift 2 ;;
         --prepare) PREPARE=1; shift ;;
         --verbose) VERBOSE=1; shift ;;
         --shell) SHELL_ONLY=1; shift ;;
@@ -300,7 +306,7 @@ fi
 # ---------------------------------------------------------------------------------------------
 # Per interpreter: venv, build + install, tests
 # ---------------------------------------------------------------------------------------------
-declare -A RESULT SUMMARY
+declare -A RESULT SUMMARY TASK_LINES
 FAILED=0
 for v in "${PYTHONS[@]}"; do
     venv="/build/venv-$v"
@@ -396,6 +402,36 @@ for v in "${PYTHONS[@]}"; do
         record "py$v: tests" "$elapsed" "FAILED (exit $status)"
         FAILED=1
     fi
+
+    # CPython's own task suites with the task factory, against the wheel just tested; its venv
+    # has uvloop (the test extras require it). The two loops run at once: each mostly waits on
+    # its timers, and task_suites.py runs a test that failed under that load again alone.
+    if [[ $TASK_SUITES == *" $v "* ]]; then
+        note "py$v: CPython's task suites with the task factory, asyncio and uvloop (logs: $LOG_DIR/task-suites-py$v-*.log)"
+        start=$SECONDS
+        pids=()
+        for loop in asyncio uvloop; do
+            timeout --kill-after=30 "$TEST_TIMEOUT" chroot "$CHROOT" /usr/bin/env -i "${CHROOT_ENV[@]}" \
+                /bin/bash -c "cd $C_SRC && exec $venv/bin/python scripts/task_suites.py --loop $loop \
+                    --log /build/task-suites-py$v-$loop.out" >"$LOG_DIR/task-suites-py$v-$loop.log" 2>&1 &
+            pids+=($!)
+        done
+        status=0
+        for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+        for loop in asyncio uvloop; do
+            cp "$CHROOT/build/task-suites-py$v-$loop.out" "$LOG_DIR/" 2>/dev/null || true
+            TASK_LINES[$v]+="$(grep -E "task factory:|through the factory|with the factory|with stock Task" \
+                "$LOG_DIR/task-suites-py$v-$loop.log" || echo "no summary from task_suites.py on $loop")"$'\n'
+        done
+        printf '%s' "${TASK_LINES[$v]}" | sed 's/^/    /'
+        if ((status == 0)); then
+            record "py$v: task suites (asyncio, uvloop)" $((SECONDS - start)) ok
+        else
+            record "py$v: task suites (asyncio, uvloop)" $((SECONDS - start)) "FAILED (exit $status)"
+            [[ ${RESULT[$v]} == PASSED ]] && RESULT[$v]="FAILED (task suites, exit $status)"
+            FAILED=1
+        fi
+    fi
 done
 
 # ---------------------------------------------------------------------------------------------
@@ -408,6 +444,7 @@ printf '  %-46s %8s\n' "total" "$(fmt_secs $((SECONDS - TOTAL_START)))"
 echo "==== test-interpreters: results ===="
 for v in "${PYTHONS[@]}"; do
     printf 'python%s: %s -- %s\n' "$v" "${RESULT[$v]:-not run}" "${SUMMARY[$v]:-}"
+    [[ -n ${TASK_LINES[$v]:-} ]] && printf '%s' "${TASK_LINES[$v]}" | sed 's/^/    /'
 done
 echo "logs: $LOG_DIR"
 exit "$FAILED"
