@@ -5,7 +5,8 @@
 # checkout, or with --wheels DIR the manylinux wheel scripts/build-wheels.sh left in DIR for it;
 # scripts/check_wheel.py installs that wheel alone into another fresh venv and serves the example
 # app from it; then the wheel with its test extras goes into the venv and `python -m pytest tests
-# -q` runs (the suite runs every scenario on asyncio and on uvloop).
+# -q` runs (the suite runs every scenario on asyncio and on uvloop); with --task-suites, then
+# CPython's own task suites with ferrule's task factory (scripts/task_suites.py) on both loops.
 #
 # The chroot lives outside the checkout and is reused between runs; the cargo registry, the pip
 # cache and one cargo target dir per interpreter persist inside it. Needs root (debootstrap,
@@ -25,6 +26,9 @@ PACKAGES=(
     procps # pgrep: tests find a server's worker processes with it
     haproxy # the PROXY protocol's client in tests/http/test_proxy_protocol.py
     curl # a real client in the compression and static-file tests
+    # test.test_asyncio and test_context, which Debian leaves out of the interpreter: the task
+    # suites (--task-suites) run them
+    libpython3.13-testsuite libpython3.14-testsuite
 )
 
 usage() {
@@ -46,6 +50,9 @@ Options:
   --no-tests       stop after checking each interpreter's wheel (scripts/check_wheel.py)
   --ignore PATH    leave this test directory or file out (repeatable; pytest's --ignore)
   --smoke-only X.Y run only the smoke tests (pytest -m smoke) under this interpreter (repeatable)
+  --task-suites X.Y after this interpreter's tests, also run CPython's task suites with ferrule's task
+                   factory on asyncio and on uvloop (scripts/task_suites.py; repeatable); a test
+                   that fails with the factory only fails the interpreter
   --prepare        only set up the chroot (if need be) and exit
   --verbose        also stream setup/build output (always in the logs)
   --shell          set up the chroot, copy the source, then open a shell in it (no tests)
@@ -81,6 +88,7 @@ WHEEL_DIR=""
 NO_TESTS=0
 IGNORE=()
 SMOKE_ONLY=" "
+TASK_SUITES=" "
 PREPARE=0
 
 while (($#)); do
@@ -95,6 +103,7 @@ while (($#)); do
         --no-tests) NO_TESTS=1; shift ;;
         --ignore) (($# >= 2)) || die "--ignore needs a path"; IGNORE+=("--ignore=$2"); shift 2 ;;
         --smoke-only) (($# >= 2)) || die "--smoke-only needs a version"; SMOKE_ONLY+="$2 "; shift 2 ;;
+        --task-suites) (($# >= 2)) || die "--task-suites needs a version"; TASK_SUITES+="$2 "; shift 2 ;;
         --prepare) PREPARE=1; shift ;;
         --verbose) VERBOSE=1; shift ;;
         --shell) SHELL_ONLY=1; shift ;;
@@ -244,7 +253,7 @@ mount_chroot
 
 if [[ ! -f $READY_MARKER ]] || [[ "$(head -n 1 "$READY_MARKER")" != "$SETUP_ID" ]]; then
     rm -f "$READY_MARKER"
-    run_phase "apt: install interpreters, gcc, rustc, cargo, procps, haproxy, curl" "$SETUP_LOG" \
+    run_phase "apt: install interpreters, their test suites, gcc, rustc, cargo, procps, haproxy, curl" "$SETUP_LOG" \
         in_chroot "apt-get update && apt-get install -y ${PACKAGES[*]} && apt-get clean" || exit 1
     {
         echo "$SETUP_ID"
@@ -297,7 +306,7 @@ fi
 # ---------------------------------------------------------------------------------------------
 # Per interpreter: venv, build + install, tests
 # ---------------------------------------------------------------------------------------------
-declare -A RESULT SUMMARY
+declare -A RESULT SUMMARY TASK_LINES
 FAILED=0
 for v in "${PYTHONS[@]}"; do
     venv="/build/venv-$v"
@@ -393,6 +402,36 @@ for v in "${PYTHONS[@]}"; do
         record "py$v: tests" "$elapsed" "FAILED (exit $status)"
         FAILED=1
     fi
+
+    # CPython's own task suites with the task factory, against the wheel just tested; its venv
+    # has uvloop (the test extras require it). The two loops run at once: each mostly waits on
+    # its timers, and task_suites.py runs a test that failed under that load again alone.
+    if [[ $TASK_SUITES == *" $v "* ]]; then
+        note "py$v: CPython's task suites with the task factory, asyncio and uvloop (logs: $LOG_DIR/task-suites-py$v-*.log)"
+        start=$SECONDS
+        pids=()
+        for loop in asyncio uvloop; do
+            timeout --kill-after=30 "$TEST_TIMEOUT" chroot "$CHROOT" /usr/bin/env -i "${CHROOT_ENV[@]}" \
+                /bin/bash -c "cd $C_SRC && exec $venv/bin/python scripts/task_suites.py --loop $loop \
+                    --log /build/task-suites-py$v-$loop.out" >"$LOG_DIR/task-suites-py$v-$loop.log" 2>&1 &
+            pids+=($!)
+        done
+        status=0
+        for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+        for loop in asyncio uvloop; do
+            cp "$CHROOT/build/task-suites-py$v-$loop.out" "$LOG_DIR/" 2>/dev/null || true
+            TASK_LINES[$v]+="$(grep -E "task factory:|through the factory|with the factory|with stock Task" \
+                "$LOG_DIR/task-suites-py$v-$loop.log" || echo "no summary from task_suites.py on $loop")"$'\n'
+        done
+        printf '%s' "${TASK_LINES[$v]}" | sed 's/^/    /'
+        if ((status == 0)); then
+            record "py$v: task suites (asyncio, uvloop)" $((SECONDS - start)) ok
+        else
+            record "py$v: task suites (asyncio, uvloop)" $((SECONDS - start)) "FAILED (exit $status)"
+            [[ ${RESULT[$v]} == PASSED ]] && RESULT[$v]="FAILED (task suites, exit $status)"
+            FAILED=1
+        fi
+    fi
 done
 
 # ---------------------------------------------------------------------------------------------
@@ -405,6 +444,7 @@ printf '  %-46s %8s\n' "total" "$(fmt_secs $((SECONDS - TOTAL_START)))"
 echo "==== test-interpreters: results ===="
 for v in "${PYTHONS[@]}"; do
     printf 'python%s: %s -- %s\n' "$v" "${RESULT[$v]:-not run}" "${SUMMARY[$v]:-}"
+    [[ -n ${TASK_LINES[$v]:-} ]] && printf '%s' "${TASK_LINES[$v]}" | sed 's/^/    /'
 done
 echo "logs: $LOG_DIR"
 exit "$FAILED"

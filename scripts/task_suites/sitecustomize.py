@@ -76,6 +76,9 @@ def _install() -> None:
         # test module's tearDownModule calls.
         asyncio.DefaultEventLoopPolicy = uvloop.EventLoopPolicy
         asyncio.events.DefaultEventLoopPolicy = uvloop.EventLoopPolicy
+        # 3.14 falls back to unix_events' private name instead, and deprecates the public ones.
+        if hasattr(asyncio.unix_events, "_DefaultEventLoopPolicy"):
+            asyncio.unix_events._DefaultEventLoopPolicy = uvloop.EventLoopPolicy
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
         loops.append(uvloop.Loop)
     if os.environ.get("FERRULE_TASK_SUITES_FACTORY", "1") == "1":
