@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyString};
 
 use super::ffi;
 use super::job::Job;
@@ -62,17 +62,14 @@ impl TaskFactory {
         if !event_loop.is(&shared.event_loop) || eager {
             // Another loop's task, or one asked to start eagerly: asyncio's own, given what
             // came.
-            let kwargs = PyDict::new(py);
-            kwargs.set_item(intern!(py, "loop"), &event_loop)?;
-            for (key, value) in [
-                (intern!(py, "name"), name),
-                (intern!(py, "context"), context),
-                (intern!(py, "eager_start"), eager_start),
-            ] {
-                if let Some(value) = value {
-                    kwargs.set_item(key, value)?;
-                }
-            }
+            let kwargs = stock_kwargs(
+                &event_loop,
+                [
+                    (intern!(py, "name"), name),
+                    (intern!(py, "context"), context),
+                    (intern!(py, "eager_start"), eager_start),
+                ],
+            )?;
             return shared.api.stock_task(&coro, Some(&kwargs));
         }
         // The task and the job share one context, as a task's steps all run in its own.
@@ -85,12 +82,13 @@ impl TaskFactory {
                 .api
                 .app_task(py, &event_loop, &coro, name.as_ref(), &context)?
         else {
-            let kwargs = PyDict::new(py);
-            kwargs.set_item(intern!(py, "loop"), &event_loop)?;
-            kwargs.set_item(intern!(py, "context"), &context)?;
-            if let Some(name) = name {
-                kwargs.set_item(intern!(py, "name"), name)?;
-            }
+            let kwargs = stock_kwargs(
+                &event_loop,
+                [
+                    (intern!(py, "name"), name),
+                    (intern!(py, "context"), Some(context)),
+                ],
+            )?;
             return shared.api.stock_task(&coro, Some(&kwargs));
         };
         let job = Job::for_app_task(py, shared.next_job_id(), &coro, &task, own_step, context)?;
@@ -100,4 +98,20 @@ impl TaskFactory {
         shared.schedule_first_drive(py, job, self.first_drive.bind(py))?;
         Ok(task)
     }
+}
+
+/// `Task`'s keywords for asyncio's own task: the loop, and those of `given` that came.
+fn stock_kwargs<'py, const N: usize>(
+    event_loop: &Bound<'py, PyAny>,
+    given: [(&Bound<'py, PyString>, Option<Bound<'py, PyAny>>); N],
+) -> PyResult<Bound<'py, PyDict>> {
+    let py = event_loop.py();
+    let kwargs = PyDict::new(py);
+    kwargs.set_item(intern!(py, "loop"), event_loop)?;
+    for (key, value) in given {
+        if let Some(value) = value {
+            kwargs.set_item(key, value)?;
+        }
+    }
+    Ok(kwargs)
 }
