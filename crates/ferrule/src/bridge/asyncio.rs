@@ -68,22 +68,34 @@ class Task(asyncio.Task):
 
     __slots__ = ("_ferrule_job", "_ferrule_cancels")
 
+    # The job is read as an attribute, not with getattr(): anyio asks every task it starts
+    # for cancelling(), and a slot read is cheaper than calling a builtin. The slot is unset
+    # when the class is built without the factory (an eager task factory over it).
+
     def cancel(self, msg=None):
-        # Unset when the class is built without the factory (an eager task factory over it).
-        job = getattr(self, "_ferrule_job", None)
+        try:
+            job = self._ferrule_job
+        except AttributeError:
+            job = None
         if job is None:
             return super().cancel(msg)
         self._log_traceback = False
         return job.cancel(msg)
 
     def cancelling(self):
-        job = getattr(self, "_ferrule_job", None)
+        try:
+            job = self._ferrule_job
+        except AttributeError:
+            job = None
         if job is not None:
             return job.cancelling()
         return super().cancelling() + getattr(self, "_ferrule_cancels", 0)
 
     def uncancel(self):
-        job = getattr(self, "_ferrule_job", None)
+        try:
+            job = self._ferrule_job
+        except AttributeError:
+            job = None
         if job is not None:
             return job.uncancel(UNCANCEL_WITHDRAWS)
         carried = getattr(self, "_ferrule_cancels", 0)
