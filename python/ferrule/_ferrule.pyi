@@ -64,9 +64,10 @@ class Bridge:
         """The per-request trace (``trace=True``): cumulative bucket counts of the ``gil_wait``,
         ``first_drive`` and ``resume_wait`` latency histograms, and each bucket's upper bound in
         nanoseconds (``bucket_upper_ns``). None when the bridge was made without it."""
-    def task_factory(self) -> TaskFactory:
+    def task_factory(self) -> Callable[..., asyncio.Task[Any]]:
         """A factory for ``loop.set_task_factory``: the app's own tasks on this loop become
-        ``Task``s whose coroutines the bridge drives."""
+        ``Task``s whose coroutines the bridge drives. The bound ``create`` of a
+        ``TaskFactory`` (its ``__self__``)."""
     @property
     def app_tasks(self) -> int:
         """Tasks the factory made that have not finished."""
@@ -75,12 +76,19 @@ class Bridge:
         """Unhook the bridge from the loop and stop its tokio runtime. Idempotent."""
 
 class TaskFactory:
-    """``loop.set_task_factory``'s callable: a ``Task`` the bridge drives, for the bridge's
-    loop; asyncio's own ``Task`` for another loop, or one asked to start eagerly."""
+    """What ``Bridge.task_factory()`` binds ``create`` of."""
 
-    def __call__(
-        self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], **kwargs: Any
-    ) -> asyncio.Task[T]: ...
+    def create(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        coro: Coroutine[Any, Any, T],
+        *,
+        name: object = None,
+        context: Context | None = None,
+        eager_start: bool | None = None,
+    ) -> asyncio.Task[T]:
+        """``loop.set_task_factory``'s callable: a ``Task`` the bridge drives, for the bridge's
+        loop; asyncio's own ``Task`` for another loop, or one asked to start eagerly."""
 
 COUNTERS: tuple[str, ...]
 #: Whether the I/O threads run under SCHED_BATCH (Linux only).

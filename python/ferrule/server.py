@@ -550,7 +550,9 @@ class Server:
             # Tasks made from here on are asyncio's; those the bridge has go on being driven on
             # the loop's thread until the loop's own shutdown cancels them.
             loop = self._loop
-            if loop is not None and isinstance(loop.get_task_factory(), TaskFactory):
+            # The factory is a bound method of a TaskFactory.
+            factory = getattr(loop.get_task_factory(), "__self__", None) if loop else None
+            if loop is not None and isinstance(factory, TaskFactory):
                 loop.set_task_factory(None)
             self._bridge.close()
             self._bridge = None

@@ -68,22 +68,34 @@ class Task(asyncio.Task):
 
     __slots__ = ("_ferrule_job", "_ferrule_cancels")
 
+    # The job is read as an attribute, not with getattr(): anyio asks every task it starts
+    # for cancelling(), and a slot read is cheaper than calling a builtin. The slot is unset
+    # when the class is built without the factory (an eager task factory over it).
+
     def cancel(self, msg=None):
-        # Unset when the class is built without the factory (an eager task factory over it).
-        job = getattr(self, "_ferrule_job", None)
+        try:
+            job = self._ferrule_job
+        except AttributeError:
+            job = None
         if job is None:
             return super().cancel(msg)
         self._log_traceback = False
         return job.cancel(msg)
 
     def cancelling(self):
-        job = getattr(self, "_ferrule_job", None)
+        try:
+            job = self._ferrule_job
+        except AttributeError:
+            job = None
         if job is not None:
             return job.cancelling()
         return super().cancelling() + getattr(self, "_ferrule_cancels", 0)
 
     def uncancel(self):
-        job = getattr(self, "_ferrule_job", None)
+        try:
+            job = self._ferrule_job
+        except AttributeError:
+            job = None
         if job is not None:
             return job.uncancel(UNCANCEL_WITHDRAWS)
         carried = getattr(self, "_ferrule_cancels", 0)
@@ -163,7 +175,9 @@ pub struct AsyncioApi {
     /// The loop's instance `__dict__`, where a `call_soon` put for the length of `Task()`
     /// catches the task's first step (none on a loop without one).
     loop_dict: Option<Py<PyDict>>,
-    swallow_step: Py<SwallowStep>,
+    step_catcher: Py<StepCatcher>,
+    /// `step_catcher`'s bound `call_soon`.
+    catch_step: Py<PyAny>,
     task_kwargs: Py<PyDict>,
     get_weakref_count: Py<PyAny>,
     /// Finished `DriverTask`s nobody else can see, ready to stand for another coroutine.
@@ -216,21 +230,24 @@ pub type AppTask<'py> = (Bound<'py, PyAny>, Option<Py<PyAny>>);
 
 /// Stands for `loop.call_soon` while `Task.__init__` runs: keeps the task's first step (the
 /// task's own `__step`, which the bridge calls to hand a cancelled task back to `Task`) and
-/// schedules nothing, since the bridge drives the coroutine instead.
+/// schedules nothing, since the bridge drives the coroutine instead. The loop's dict gets its
+/// bound `call_soon`, a builtin method: `Task` calls it with `context=`, which a `__call__`
+/// would be handed packed into a new tuple and dict.
 #[pyclass(frozen, module = "ferrule._ferrule")]
-struct SwallowStep {
+struct StepCatcher {
     caught: Mutex<Option<Py<PyAny>>>,
 }
 
 #[pymethods]
-impl SwallowStep {
-    #[pyo3(signature = (step, *_args, **_kwargs))]
-    fn __call__(
+impl StepCatcher {
+    #[pyo3(signature = (step, *_args, context=None))]
+    fn call_soon(
         &self,
         step: Py<PyAny>,
         _args: &Bound<'_, pyo3::types::PyTuple>,
-        _kwargs: Option<&Bound<'_, PyDict>>,
+        context: Option<&Bound<'_, PyAny>>,
     ) {
+        let _ = context; // the job enters the task's context itself
         *self.caught.lock().unwrap() = Some(step);
     }
 }
@@ -250,6 +267,12 @@ impl AsyncioApi {
         })?;
         let module = module.bind(py);
         let task_path = TaskPath::for_interpreter(py);
+        let step_catcher = Bound::new(
+            py,
+            StepCatcher {
+                caught: Mutex::new(None),
+            },
+        )?;
         let task_kwargs = PyDict::new(py);
         task_kwargs.set_item("loop", event_loop)?;
         if task_path != TaskPath::PopSentinelStep {
@@ -282,12 +305,8 @@ impl AsyncioApi {
                 .getattr_opt(intern!(py, "__dict__"))?
                 .and_then(|d| d.cast_into::<PyDict>().ok())
                 .map(Bound::unbind),
-            swallow_step: Py::new(
-                py,
-                SwallowStep {
-                    caught: Mutex::new(None),
-                },
-            )?,
+            catch_step: step_catcher.getattr(intern!(py, "call_soon"))?.unbind(),
+            step_catcher: step_catcher.unbind(),
             task_kwargs: task_kwargs.unbind(),
             get_weakref_count: py.import("weakref")?.getattr("getweakrefcount")?.unbind(),
             idle_tasks: Mutex::new(Vec::new()),
@@ -437,28 +456,36 @@ impl AsyncioApi {
         Ok((task, popped))
     }
 
-    /// A `Task` over the app's `coro` whose first step is never scheduled (the bridge drives
-    /// the coroutine), with that step; or `None` if this loop gives no way to keep it out (no
-    /// instance dict). `kwargs` are `Task`'s own (`loop`, `name`, `context`).
+    /// A `Task` over the app's `coro` on `event_loop` (the bridge's), named `name` and run in `context`, whose
+    /// first step is never scheduled (the bridge drives the coroutine), with that step; or
+    /// `None` if this loop gives no way to keep it out (no instance dict).
     pub fn app_task<'py>(
         &self,
         py: Python<'py>,
+        event_loop: &Bound<'py, PyAny>,
         coro: &Bound<'py, PyAny>,
-        kwargs: &Bound<'py, PyDict>,
+        name: Option<&Bound<'py, PyAny>>,
+        context: &Bound<'py, PyAny>,
     ) -> PyResult<Option<AppTask<'py>>> {
         let Some(dict) = &self.loop_dict else {
             return Ok(None);
         };
         let dict = dict.bind(py);
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(intern!(py, "loop"), event_loop)?;
+        kwargs.set_item(intern!(py, "context"), context)?;
+        if let Some(name) = name {
+            kwargs.set_item(intern!(py, "name"), name)?;
+        }
         let call_soon = intern!(py, "call_soon");
         // The C Task looks `call_soon` up on the loop, where the instance dict comes before
         // the class; asyncio's and uvloop's own callers go through the class. No bytecode runs
         // between the set and the removal but Task's (its WeakSet registration), on the thread
         // that holds the drive.
-        dict.set_item(call_soon, &self.swallow_step)?;
-        let made = self.app_task.bind(py).call((coro,), Some(kwargs));
+        dict.set_item(call_soon, &self.catch_step)?;
+        let made = self.app_task.bind(py).call((coro,), Some(&kwargs));
         dict.del_item(call_soon)?;
-        let step = self.swallow_step.get().caught.lock().unwrap().take();
+        let step = self.step_catcher.get().caught.lock().unwrap().take();
         Ok(Some((made?, step)))
     }
 

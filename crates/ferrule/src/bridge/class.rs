@@ -230,9 +230,9 @@ impl Bridge {
     }
 
     /// A task factory for `loop.set_task_factory`: the app's tasks on this bridge's loop are
-    /// driven by the bridge (see `factory`).
-    fn task_factory(&self, py: Python<'_>) -> PyResult<Py<TaskFactory>> {
-        Py::new(py, TaskFactory::new(self.shared.clone()))
+    /// driven by the bridge (see `factory`). A bound method of a `TaskFactory`.
+    fn task_factory<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        TaskFactory::callable(py, self.shared.clone())
     }
 
     /// App-made tasks the bridge drives that have not finished.

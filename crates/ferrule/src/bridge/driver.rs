@@ -358,10 +358,12 @@ impl Shared {
     /// empty), that step would be the loop's next callback: it runs on this thread right
     /// after the drive instead, sparing the loop a wake-up and an iteration. Anything
     /// scheduled after it still runs after it.
+    /// Otherwise `first_drive` (a `FirstDrive`'s bound `drive`) is called with the job.
     pub(super) fn schedule_first_drive(
         self: &Arc<Self>,
         py: Python<'_>,
         job: Bound<'_, Job>,
+        first_drive: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let left = FIRST_DRIVES_LEFT.with(Cell::get);
         if left > 0 && self.loop_has_nothing_ready(py) {
@@ -369,7 +371,9 @@ impl Shared {
             self.tokio_next.lock().unwrap().push_back(job.unbind());
             return Ok(());
         }
-        self.resume_soon_on_loop(py, job.unbind(), Resume::Send(py.None()))
+        job.get().mark_resumable(self.trace.mark());
+        self.api.call_soon.bind(py).call1((first_drive, job))?;
+        Ok(())
     }
 
     fn take_tokio_next(&self) -> Option<Py<Job>> {

@@ -11,66 +11,107 @@ use std::sync::Arc;
 
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyString};
 
 use super::ffi;
 use super::job::Job;
+use super::resume::FirstDrive;
 use super::shared::Shared;
 
 #[pyclass(frozen, module = "ferrule._ferrule")]
 pub struct TaskFactory {
     shared: Arc<Shared>,
+    /// A `FirstDrive`'s bound `drive`, which `call_soon` is given for each task.
+    first_drive: Py<PyAny>,
 }
 
 impl TaskFactory {
-    pub fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
+    /// What `loop.set_task_factory` is given: the bound `create`, a builtin method, which
+    /// Python calls with its arguments as they are; a `__call__` would be handed them packed
+    /// into a new tuple and dict on every task.
+    pub fn callable(py: Python<'_>, shared: Arc<Shared>) -> PyResult<Bound<'_, PyAny>> {
+        let first_drive = FirstDrive::callable(py, shared.clone())?;
+        let factory = Self {
+            shared,
+            first_drive,
+        };
+        Bound::new(py, factory)?.getattr(intern!(py, "create"))
     }
 }
 
 #[pymethods]
 impl TaskFactory {
     /// `factory(loop, coro, **kwargs)`, as `loop.create_task` calls it: `name`, `context`,
-    /// and on 3.14 `eager_start`.
-    #[pyo3(signature = (event_loop, coro, **kwargs))]
-    fn __call__<'py>(
+    /// and on 3.13+ `eager_start`, which are all `Task` takes. Named, not `**kwargs`: with
+    /// those, PyO3 would have Python pack every call's arguments into a tuple and a dict.
+    #[pyo3(signature = (event_loop, coro, *, name=None, context=None, eager_start=None))]
+    fn create<'py>(
         &self,
         py: Python<'py>,
         event_loop: Bound<'py, PyAny>,
         coro: Bound<'py, PyAny>,
-        kwargs: Option<Bound<'py, PyDict>>,
+        name: Option<Bound<'py, PyAny>>,
+        context: Option<Bound<'py, PyAny>>,
+        eager_start: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let shared = &self.shared;
-        let task_kwargs = match &kwargs {
-            Some(kwargs) => kwargs.copy()?,
-            None => PyDict::new(py),
-        };
-        task_kwargs.set_item(intern!(py, "loop"), &event_loop)?;
-        let eager = match task_kwargs.get_item(intern!(py, "eager_start"))? {
+        let eager = match &eager_start {
             Some(eager) => eager.is_truthy()?,
             None => false,
         };
         if !event_loop.is(&shared.event_loop) || eager {
-            // Another loop's task, or one asked to start eagerly: asyncio's own.
-            return shared.api.stock_task(&coro, Some(&task_kwargs));
+            // Another loop's task, or one asked to start eagerly: asyncio's own, given what
+            // came.
+            let kwargs = stock_kwargs(
+                &event_loop,
+                [
+                    (intern!(py, "name"), name),
+                    (intern!(py, "context"), context),
+                    (intern!(py, "eager_start"), eager_start),
+                ],
+            )?;
+            return shared.api.stock_task(&coro, Some(&kwargs));
         }
         // The task and the job share one context, as a task's steps all run in its own.
-        let context = match task_kwargs.get_item(intern!(py, "context"))? {
-            Some(context) if !context.is_none() => context,
-            _ => {
-                let copied = ffi::copy_current_context(py)?;
-                task_kwargs.set_item(intern!(py, "context"), &copied)?;
-                copied
-            }
+        let context = match context {
+            Some(context) => context,
+            None => ffi::copy_current_context(py)?,
         };
-        let Some((task, own_step)) = shared.api.app_task(py, &coro, &task_kwargs)? else {
-            return shared.api.stock_task(&coro, Some(&task_kwargs));
+        let Some((task, own_step)) =
+            shared
+                .api
+                .app_task(py, &event_loop, &coro, name.as_ref(), &context)?
+        else {
+            let kwargs = stock_kwargs(
+                &event_loop,
+                [
+                    (intern!(py, "name"), name),
+                    (intern!(py, "context"), Some(context)),
+                ],
+            )?;
+            return shared.api.stock_task(&coro, Some(&kwargs));
         };
         let job = Job::for_app_task(py, shared.next_job_id(), &coro, &task, own_step, context)?;
         let job = Bound::new(py, job)?;
         task.setattr(intern!(py, "_ferrule_job"), &job)?;
         shared.remember_app_task(&job);
-        shared.schedule_first_drive(py, job)?;
+        shared.schedule_first_drive(py, job, self.first_drive.bind(py))?;
         Ok(task)
     }
+}
+
+/// `Task`'s keywords for asyncio's own task: the loop, and those of `given` that came.
+fn stock_kwargs<'py, const N: usize>(
+    event_loop: &Bound<'py, PyAny>,
+    given: [(&Bound<'py, PyString>, Option<Bound<'py, PyAny>>); N],
+) -> PyResult<Bound<'py, PyDict>> {
+    let py = event_loop.py();
+    let kwargs = PyDict::new(py);
+    kwargs.set_item(intern!(py, "loop"), event_loop)?;
+    for (key, value) in given {
+        if let Some(value) = value {
+            kwargs.set_item(key, value)?;
+        }
+    }
+    Ok(kwargs)
 }

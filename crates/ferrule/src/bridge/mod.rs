@@ -13,8 +13,8 @@
 //! - `shared`: `Shared`, the state of one bridge, and what needs only it (the jobs in flight,
 //!   handing a job to the loop thread, finishing one);
 //! - `native`: `NativeFuture`, the awaitable resolved from Rust; `resume`: `ResumeCallback`,
-//!   the loop-thread callback that resumes a job; both resume through `Shared`'s driving
-//!   methods, which `driver` defines;
+//!   the loop-thread callback that resumes a job, and `FirstDrive`, which starts an app-made
+//!   task's; both resume through `Shared`'s driving methods, which `driver` defines;
 //! - `driver`: the step loop, classification of yields, and starting and driving jobs on
 //!   either thread;
 //! - `factory`: `TaskFactory`, `loop.set_task_factory`'s callable, which makes the app's own

@@ -1,5 +1,5 @@
 //! `ResumeCallback`: how the loop thread resumes a job, from an asyncio future's done callback
-//! or a `call_soon`.
+//! or a `call_soon`; `FirstDrive`, how it starts an app-made task's job.
 
 use std::sync::Arc;
 
@@ -58,6 +58,33 @@ impl ResumeCallback {
             },
         };
         shared.drive_on_loop(py, job, resume);
+        shared.raise_loop_exit()
+    }
+}
+
+/// The loop-thread callback, one per task factory, that gives an app-made task's job its first
+/// drive: `call_soon(first_drive.drive, job)`, in place of the `__step` `Task.__init__`
+/// schedules. A task that finishes in that drive, as most do, then never needs a
+/// `ResumeCallback` of its own.
+#[pyclass(frozen, module = "ferrule._ferrule")]
+pub struct FirstDrive {
+    shared: Arc<Shared>,
+}
+
+impl FirstDrive {
+    /// The bound `drive` that `call_soon` is given.
+    pub(super) fn callable(py: Python<'_>, shared: Arc<Shared>) -> PyResult<Py<PyAny>> {
+        let first_drive = Bound::new(py, Self { shared })?;
+        Ok(first_drive.getattr(pyo3::intern!(py, "drive"))?.unbind())
+    }
+}
+
+#[pymethods]
+impl FirstDrive {
+    fn drive(&self, py: Python<'_>, job: Bound<'_, Job>) -> PyResult<()> {
+        let shared = &self.shared;
+        bump(&shared.counters.gil_acquisitions);
+        shared.drive_on_loop(py, &job, Resume::Send(py.None()));
         shared.raise_loop_exit()
     }
 }
