@@ -20,7 +20,7 @@ LOOP=${1:?loop: asyncio or uvloop}
 TARGET=${2:?path, e.g. /hello}
 N=${3:-2000}
 APP=${4:-apps:app}
-PORT=${PORT:-8390}
+PORT=${PORT:-$(free_port)}
 PYTHON=$(python3 -c 'import sys; print(sys.executable)')  # not a shim: valgrind must see python
 OUT=$(mktemp -d /tmp/ferrule-callgrind.XXXXXX)/callgrind.out
 cd "$(dirname "$0")"

@@ -11,6 +11,12 @@ load_options() {
     if [ "${1:-}" = "--h2" ]; then CLIENTS=(-c 10 -m 10); OPTION_COUNT=$((OPTION_COUNT + 1)); fi
 }
 
+# A port nothing listens on now: with a fixed one, two runs at once measured each other's server
+# (the second ferrule failed to bind, and the first answered its load).
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 # Waits until URL answers, trying TRIES times PAUSE seconds apart.
 wait_serving() {
     local url=$1 tries=$2 pause=$3

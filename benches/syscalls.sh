@@ -18,7 +18,7 @@ shift "$OPTION_COUNT"
 LOOP=${1:?loop: asyncio or uvloop}
 TARGET=${2:?path, e.g. /hello}
 APP=${3:-apps:app}
-PORT=${PORT:-8391}
+PORT=${PORT:-$(free_port)}
 OUT=$(mktemp -d /tmp/ferrule-syscalls.XXXXXX)
 cd "$(dirname "$0")"
 PYTHONPATH=$FERRULE_PATH taskset -c 0 python3 -m ferrule "$APP" --port "$PORT" --loop "$LOOP" \
