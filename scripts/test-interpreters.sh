@@ -377,6 +377,22 @@ for v in "${PYTHONS[@]}"; do
         continue
     fi
 
+    # CPython's own task suites with the task factory, against the wheel just installed; its
+    # venv has uvloop (the test extras require it). Both loops run beside the tests: the suites
+    # mostly wait on their timers, and task_suites.py runs a test that failed under that load
+    # again alone.
+    suite_pids=()
+    if [[ $TASK_SUITES == *" $v "* ]]; then
+        note "py$v: CPython's task suites with the task factory, asyncio and uvloop, beside the tests (logs: $LOG_DIR/task-suites-py$v-*.log)"
+        suites_start=$SECONDS
+        for loop in asyncio uvloop; do
+            timeout --kill-after=30 "$TEST_TIMEOUT" chroot "$CHROOT" /usr/bin/env -i "${CHROOT_ENV[@]}" \
+                /bin/bash -c "cd $C_SRC && exec $venv/bin/python scripts/task_suites.py --loop $loop \
+                    --log /build/task-suites-py$v-$loop.out" >"$LOG_DIR/task-suites-py$v-$loop.log" 2>&1 &
+            suite_pids+=($!)
+        done
+    fi
+
     marker=""
     [[ $SMOKE_ONLY == *" $v "* ]] && marker="-m smoke"
     note "py$v: pytest ${marker:+($marker) }(log: $test_log)"
@@ -403,21 +419,9 @@ for v in "${PYTHONS[@]}"; do
         FAILED=1
     fi
 
-    # CPython's own task suites with the task factory, against the wheel just tested; its venv
-    # has uvloop (the test extras require it). The two loops run at once: each mostly waits on
-    # its timers, and task_suites.py runs a test that failed under that load again alone.
-    if [[ $TASK_SUITES == *" $v "* ]]; then
-        note "py$v: CPython's task suites with the task factory, asyncio and uvloop (logs: $LOG_DIR/task-suites-py$v-*.log)"
-        start=$SECONDS
-        pids=()
-        for loop in asyncio uvloop; do
-            timeout --kill-after=30 "$TEST_TIMEOUT" chroot "$CHROOT" /usr/bin/env -i "${CHROOT_ENV[@]}" \
-                /bin/bash -c "cd $C_SRC && exec $venv/bin/python scripts/task_suites.py --loop $loop \
-                    --log /build/task-suites-py$v-$loop.out" >"$LOG_DIR/task-suites-py$v-$loop.log" 2>&1 &
-            pids+=($!)
-        done
+    if ((${#suite_pids[@]})); then
         status=0
-        for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+        for pid in "${suite_pids[@]}"; do wait "$pid" || status=$?; done
         for loop in asyncio uvloop; do
             cp "$CHROOT/build/task-suites-py$v-$loop.out" "$LOG_DIR/" 2>/dev/null || true
             TASK_LINES[$v]+="$(grep -E "task factory:|through the factory|with the factory|with stock Task" \
@@ -425,9 +429,9 @@ for v in "${PYTHONS[@]}"; do
         done
         printf '%s' "${TASK_LINES[$v]}" | sed 's/^/    /'
         if ((status == 0)); then
-            record "py$v: task suites (asyncio, uvloop)" $((SECONDS - start)) ok
+            record "py$v: task suites (asyncio, uvloop), beside the tests" $((SECONDS - suites_start)) ok
         else
-            record "py$v: task suites (asyncio, uvloop)" $((SECONDS - start)) "FAILED (exit $status)"
+            record "py$v: task suites (asyncio, uvloop), beside the tests" $((SECONDS - suites_start)) "FAILED (exit $status)"
             [[ ${RESULT[$v]} == PASSED ]] && RESULT[$v]="FAILED (task suites, exit $status)"
             FAILED=1
         fi
