@@ -41,21 +41,26 @@ def test_bursts_of_requests_do_not_fault_memory_in_per_request(loop: str) -> Non
     allocator page makes a `madvise` and a page fault on every request. Broken (seen): with the
     request's future boxed, 1.1 faults a request under wrk and 1.13 here (asyncio), against 0.003
     without; with the request's head freed on the loop's thread (uvloop), 0.22-0.29 in 5 runs of
-    8, against at most 0.046 in 16 runs with it freed where hyper read it."""
+    8, against at most 0.046 in 16 runs with it freed where hyper read it. The fewest faults of
+    three windows count: a machine busy with other work adds faults to some windows (0.19 once
+    in one window, with the whole suite run twice at once), what a request allocates adds them
+    to every one."""
     with running_server("hello_app:app", "--loop", loop, "--no-access-log") as server:
         connections = [RawConnection(server.port) for _ in range(CONNECTIONS)]
+        windows = []
         try:
             for _ in range(10):
                 wave(connections)
-            before = minor_faults(server.pid)
-            for _ in range(WAVES):
-                wave(connections)
-            faults = minor_faults(server.pid) - before
+            for _ in range(3):
+                before = minor_faults(server.pid)
+                for _ in range(WAVES):
+                    wave(connections)
+                windows.append(minor_faults(server.pid) - before)
         finally:
             for conn in connections:
                 conn.close()
-    per_request = faults / (WAVES * CONNECTIONS)
-    assert per_request < 0.15, f"{faults} faults in {WAVES * CONNECTIONS} requests"
+    per_request = min(windows) / (WAVES * CONNECTIONS)
+    assert per_request < 0.15, f"{windows} faults in windows of {WAVES * CONNECTIONS} requests"
 
 
 def test_memory_of_closed_connections_goes_back() -> None:
