@@ -456,34 +456,26 @@ impl AsyncioApi {
         Ok((task, popped))
     }
 
-    /// A `Task` over the app's `coro` on `event_loop` (the bridge's), named `name` and run in `context`, whose
-    /// first step is never scheduled (the bridge drives the coroutine), with that step; or
-    /// `None` if this loop gives no way to keep it out (no instance dict).
+    /// A `Task` over the app's `coro` whose first step is never scheduled (the bridge drives
+    /// the coroutine), with that step; or `None` if this loop gives no way to keep it out (no
+    /// instance dict). `kwargs` are `Task`'s own (`loop`, `name`, `context`).
     pub fn app_task<'py>(
         &self,
         py: Python<'py>,
-        event_loop: &Bound<'py, PyAny>,
         coro: &Bound<'py, PyAny>,
-        name: Option<&Bound<'py, PyAny>>,
-        context: &Bound<'py, PyAny>,
+        kwargs: &Bound<'py, PyDict>,
     ) -> PyResult<Option<AppTask<'py>>> {
         let Some(dict) = &self.loop_dict else {
             return Ok(None);
         };
         let dict = dict.bind(py);
-        let kwargs = PyDict::new(py);
-        kwargs.set_item(intern!(py, "loop"), event_loop)?;
-        kwargs.set_item(intern!(py, "context"), context)?;
-        if let Some(name) = name {
-            kwargs.set_item(intern!(py, "name"), name)?;
-        }
         let call_soon = intern!(py, "call_soon");
         // The C Task looks `call_soon` up on the loop, where the instance dict comes before
         // the class; asyncio's and uvloop's own callers go through the class. No bytecode runs
         // between the set and the removal but Task's (its WeakSet registration), on the thread
         // that holds the drive.
         dict.set_item(call_soon, &self.catch_step)?;
-        let made = self.app_task.bind(py).call((coro,), Some(&kwargs));
+        let made = self.app_task.bind(py).call((coro,), Some(kwargs));
         dict.del_item(call_soon)?;
         let step = self.step_catcher.get().caught.lock().unwrap().take();
         Ok(Some((made?, step)))

@@ -62,7 +62,7 @@ impl TaskFactory {
         if !event_loop.is(&shared.event_loop) || eager {
             // Another loop's task, or one asked to start eagerly: asyncio's own, given what
             // came.
-            let kwargs = stock_kwargs(
+            let kwargs = task_kwargs(
                 &event_loop,
                 [
                     (intern!(py, "name"), name),
@@ -77,18 +77,14 @@ impl TaskFactory {
             Some(context) => context,
             None => ffi::copy_current_context(py)?,
         };
-        let Some((task, own_step)) =
-            shared
-                .api
-                .app_task(py, &event_loop, &coro, name.as_ref(), &context)?
-        else {
-            let kwargs = stock_kwargs(
-                &event_loop,
-                [
-                    (intern!(py, "name"), name),
-                    (intern!(py, "context"), Some(context)),
-                ],
-            )?;
+        let kwargs = task_kwargs(
+            &event_loop,
+            [
+                (intern!(py, "name"), name),
+                (intern!(py, "context"), Some(context.clone())),
+            ],
+        )?;
+        let Some((task, own_step)) = shared.api.app_task(py, &coro, &kwargs)? else {
             return shared.api.stock_task(&coro, Some(&kwargs));
         };
         let job = Job::for_app_task(py, shared.next_job_id(), &coro, &task, own_step, context)?;
@@ -100,8 +96,8 @@ impl TaskFactory {
     }
 }
 
-/// `Task`'s keywords for asyncio's own task: the loop, and those of `given` that came.
-fn stock_kwargs<'py, const N: usize>(
+/// `Task`'s keywords: the loop, and those of `given` that came.
+fn task_kwargs<'py, const N: usize>(
     event_loop: &Bound<'py, PyAny>,
     given: [(&Bound<'py, PyString>, Option<Bound<'py, PyAny>>); N],
 ) -> PyResult<Bound<'py, PyDict>> {
