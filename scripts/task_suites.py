@@ -63,7 +63,7 @@ def run_suites(
         run = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
         output = run.stdout + run.stderr
         if args.log and only is None:
-            Path(args.log + (".stock" if stock else "")).write_text(output)
+            Path(args.log).write_text(output)
         made = json.loads(report.read_text()) if report.exists() and not stock else None
     outcomes: dict[str, str] = {}
     test = None
@@ -101,7 +101,7 @@ def main() -> int:
         action="store_true",
         help="do not run again with stock Task the tests that fail with the factory",
     )
-    parser.add_argument("--log", help="keep python -m test's output in this file (.stock beside)")
+    parser.add_argument("--log", help="keep the factory run's python -m test output in this file")
     parser.add_argument("tests", nargs="*", default=SUITES)
     args = parser.parse_args()
     version = subprocess.run(

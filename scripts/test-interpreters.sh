@@ -5,8 +5,8 @@
 # checkout, or with --wheels DIR the manylinux wheel scripts/build-wheels.sh left in DIR for it;
 # scripts/check_wheel.py installs that wheel alone into another fresh venv and serves the example
 # app from it; then the wheel with its test extras goes into the venv and `python -m pytest tests
-# -q` runs (the suite runs every scenario on asyncio and on uvloop); with --task-suites, then
-# CPython's own task suites with ferrule's task factory (scripts/task_suites.py) on both loops.
+# -q` runs (the suite runs every scenario on asyncio and on uvloop); with --task-suites, beside
+# it, CPython's own task suites with ferrule's task factory (scripts/task_suites.py) on both loops.
 #
 # The chroot lives outside the checkout and is reused between runs; the cargo registry, the pip
 # cache and one cargo target dir per interpreter persist inside it. Needs root (debootstrap,
@@ -50,9 +50,9 @@ Options:
   --no-tests       stop after checking each interpreter's wheel (scripts/check_wheel.py)
   --ignore PATH    leave this test directory or file out (repeatable; pytest's --ignore)
   --smoke-only X.Y run only the smoke tests (pytest -m smoke) under this interpreter (repeatable)
-  --task-suites X.Y after this interpreter's tests, also run CPython's task suites with ferrule's task
-                   factory on asyncio and on uvloop (scripts/task_suites.py; repeatable); a test
-                   that fails with the factory only fails the interpreter
+  --task-suites X.Y beside this interpreter's tests, also run CPython's task suites with
+                   ferrule's task factory on asyncio and on uvloop (scripts/task_suites.py;
+                   repeatable); a test that fails with the factory only fails the interpreter
   --prepare        only set up the chroot (if need be) and exit
   --verbose        also stream setup/build output (always in the logs)
   --shell          set up the chroot, copy the source, then open a shell in it (no tests)
