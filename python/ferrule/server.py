@@ -552,7 +552,7 @@ class Server:
             loop = self._loop
             # The factory is a bound method of a TaskFactory.
             factory = getattr(loop.get_task_factory(), "__self__", None) if loop else None
-            if loop is not None and isinstance(factory, TaskFactory):
+            if isinstance(factory, TaskFactory):
                 loop.set_task_factory(None)
             self._bridge.close()
             self._bridge = None
