@@ -166,15 +166,16 @@ impl Job {
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let this = slf.get();
-        let mut slot = this.task.lock().unwrap();
-        if let Some(slot) = slot.as_ref() {
+        if let Some(slot) = this.task.lock().unwrap().as_ref() {
             return Ok(slot.task.task.bind(py).clone());
         }
+        // Made outside the lock, as no Python runs under the bridge's locks; the right to
+        // drive keeps another thread from making one meanwhile.
         let ready = ready.map(|r| r.bind(py));
         let made = api.driver_task(py, ready, counters)?;
         let task = made.task.task.bind(py).clone();
         task.setattr(intern!(py, "_ferrule_job"), slf)?;
-        *slot = Some(made);
+        *this.task.lock().unwrap() = Some(made);
         Ok(task)
     }
 
@@ -186,14 +187,18 @@ impl Job {
         resume: Option<Resume>,
         make: impl FnOnce() -> PyResult<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let mut state = self.state.lock().unwrap();
-        if resume.is_some() {
-            state.pending_resume = resume;
+        {
+            let mut state = self.state.lock().unwrap();
+            if resume.is_some() {
+                state.pending_resume = resume;
+            }
+            if let Some(resumer) = &state.resumer {
+                return Ok(resumer.bind(py).clone());
+            }
         }
-        let resumer = match &state.resumer {
-            Some(resumer) => resumer,
-            None => state.resumer.insert(make()?),
-        };
+        let made = make()?.into_bound(py);
+        let mut state = self.state.lock().unwrap();
+        let resumer = state.resumer.get_or_insert_with(|| made.clone().unbind());
         Ok(resumer.bind(py).clone())
     }
 
@@ -251,7 +256,8 @@ impl Job {
             (state.completion.take(), state.resumer.take())
         };
         drop(resumer);
-        drop(self.own_step.lock().unwrap().take());
+        let own_step = self.own_step.lock().unwrap().take();
+        drop(own_step);
         Some((completion, self.task.lock().unwrap().take()))
     }
 }
@@ -374,11 +380,13 @@ impl Job {
 impl Job {
     /// The task's repr for error messages.
     pub fn task_repr(&self, py: Python<'_>) -> String {
-        self.task
+        let task = self
+            .task
             .lock()
             .unwrap()
             .as_ref()
-            .and_then(|slot| slot.task.task.bind(py).repr().ok())
+            .map(|slot| slot.task.task.clone_ref(py));
+        task.and_then(|task| task.bind(py).repr().ok())
             .map(|repr| repr.to_string())
             .unwrap_or_else(|| "<ferrule task>".to_owned())
     }

@@ -22,6 +22,9 @@
 //! - `drain`: `DrainOnLoop`, the waker's reader on the loop thread; `selector`:
 //!   `GatedSelector`, exclusive drives for tokio threads on selector loops;
 //! - `class`: `Bridge`, the Python class that makes one bridge and owns its tokio runtime.
+//!
+//! No Python runs under the bridge's locks (I15): a Python call may let go of the GIL, and a
+//! thread holding the GIL may be waiting for the same lock.
 
 mod asyncio;
 mod class;

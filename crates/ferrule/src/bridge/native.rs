@@ -29,9 +29,12 @@ enum Waiter {
     Callbacks(Vec<(Py<PyAny>, Option<Py<PyAny>>)>),
 }
 
+/// `Ok(value)` or `Err(exception)`.
+type Outcome = Result<Py<PyAny>, Py<PyAny>>;
+
 struct NativeState {
-    /// `Ok(value)` or `Err(exception)` once resolved.
-    outcome: Option<Result<Py<PyAny>, Py<PyAny>>>,
+    /// Set once resolved.
+    outcome: Option<Outcome>,
     cancelled: bool,
     waiter: Waiter,
     blocking: bool,
@@ -54,6 +57,19 @@ impl NativeFuture {
                 blocking: false,
             }),
         }
+    }
+
+    /// The outcome, if set, and whether it is a cancellation: cloned, so that no Python runs
+    /// under the lock (see `bridge`'s index on locks and the GIL).
+    fn outcome(&self, py: Python<'_>) -> (Option<Outcome>, bool) {
+        let state = self.state.lock().unwrap();
+        let outcome = state.outcome.as_ref().map(|outcome| {
+            outcome
+                .as_ref()
+                .map(|v| v.clone_ref(py))
+                .map_err(|e| e.clone_ref(py))
+        });
+        (outcome, state.cancelled)
     }
 
     pub fn resolved(shared: Arc<Shared>, value: Py<PyAny>) -> Self {
@@ -212,9 +228,9 @@ impl NativeFuture {
     }
 
     fn result(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        match &self.state.lock().unwrap().outcome {
-            Some(Ok(value)) => Ok(value.clone_ref(py)),
-            Some(Err(error)) => Err(PyErr::from_value(error.bind(py).clone())),
+        match self.outcome(py).0 {
+            Some(Ok(value)) => Ok(value),
+            Some(Err(error)) => Err(PyErr::from_value(error.into_bound(py))),
             None => Err(PyErr::from_value(
                 self.shared
                     .api
@@ -226,11 +242,11 @@ impl NativeFuture {
     }
 
     fn exception(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        let state = self.state.lock().unwrap();
-        match &state.outcome {
+        let (outcome, cancelled) = self.outcome(py);
+        match outcome {
             Some(Ok(_)) => Ok(None),
-            Some(Err(error)) if state.cancelled => Err(PyErr::from_value(error.bind(py).clone())),
-            Some(Err(error)) => Ok(Some(error.clone_ref(py))),
+            Some(Err(error)) if cancelled => Err(PyErr::from_value(error.into_bound(py))),
+            Some(Err(error)) => Ok(Some(error)),
             None => Err(PyErr::from_value(
                 self.shared
                     .api
@@ -278,21 +294,29 @@ impl NativeFuture {
     }
 
     fn remove_done_callback(&self, py: Python<'_>, fn_: Bound<'_, PyAny>) -> PyResult<usize> {
+        // Compared outside the lock (`==` may run Python), then removed by identity.
+        let listed: Vec<Py<PyAny>> = match &self.state.lock().unwrap().waiter {
+            Waiter::Callbacks(callbacks) => {
+                callbacks.iter().map(|(c, _)| c.clone_ref(py)).collect()
+            }
+            _ => return Ok(0),
+        };
+        let mut equal = Vec::new();
+        for callback in &listed {
+            if callback.bind(py).eq(&fn_)? {
+                equal.push(callback.as_ptr());
+            }
+        }
+        if equal.is_empty() {
+            return Ok(0);
+        }
         let mut state = self.state.lock().unwrap();
         let Waiter::Callbacks(callbacks) = &mut state.waiter else {
             return Ok(0);
         };
-        let mut removed = 0;
-        let mut kept = Vec::with_capacity(callbacks.len());
-        for (callback, context) in callbacks.drain(..) {
-            if callback.bind(py).eq(&fn_)? {
-                removed += 1;
-            } else {
-                kept.push((callback, context));
-            }
-        }
-        *callbacks = kept;
-        Ok(removed)
+        let before = callbacks.len();
+        callbacks.retain(|(callback, _)| !equal.contains(&callback.as_ptr()));
+        Ok(before - callbacks.len())
     }
 
     fn __repr__(&self) -> String {
