@@ -10,6 +10,17 @@ from typing import Any
 from asgi_helpers import RECORDS, query, read_body, send_json, send_response, serve_record
 
 
+class SlowToRead(dict):  # type: ignore[type-arg]
+    """A message whose ``trailers`` flag takes a while to read, without the GIL: as a first use
+    of an interned key or a finalizer run meanwhile may, it lets go of the GIL while the server
+    reads it."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "trailers":
+            time.sleep(0.6)
+        return super().__getitem__(key)
+
+
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] != "http":
         return
@@ -78,6 +89,14 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             await asyncio.sleep(0)
         await send_response(send, b"too big", 413)
         task.cancel()
+    elif path == "/start-while-body-arrives":
+        # A task waits in receive() for the body while the response starts; the client sends
+        # the body while the server is still reading the start message.
+        reading = asyncio.ensure_future(read_body(receive))
+        await asyncio.sleep(0)
+        await send(SlowToRead(type="http.response.start", status=200, headers=[]))
+        body, _ = await reading
+        await send({"type": "http.response.body", "body": str(len(body)).encode()})
     elif path == "/no-read":
         await send_response(send, b"answered without reading")
     elif path == "/slow-read":

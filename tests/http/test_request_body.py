@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from h1raw import request_bytes
+from h1raw import RawConnection, request_bytes
 from serverutil import ServerProcess, fetch_record, running_server
 
 
@@ -219,6 +219,30 @@ def test_answer_after_cancelled_read_reaches_a_client_still_sending(server: Serv
     assert (first.status_code, first.text) == (413, "too big")
     assert (second.status_code, second.text) == (413, "too big")
     assert elapsed < 20, f"two 10 MB posts took {elapsed:.1f}s"
+
+
+def test_a_body_read_ending_while_send_lets_go_of_the_gil_does_not_deadlock(
+    server: ServerProcess,
+) -> None:
+    """Rule: a body read that ends on a tokio thread while the loop thread, inside ``send()``,
+    has let go of the GIL (here a message mapping that sleeps; in the field the first use of an
+    interned key, or a finalizer) waits for neither. Broken (seen before the change): the tokio
+    thread took the GIL and waited for the request's lock, which the loop thread held while it
+    waited for the GIL; the server answered nothing, not even SIGTERM (seen here, and once on
+    3.14 under load as httpx's write timeout)."""
+    body = b"y" * 100_000
+    with RawConnection(server.port or 0, timeout=10) as conn:
+        head = request_bytes(
+            "POST",
+            "/start-while-body-arrives",
+            headers=[("Content-Length", str(len(body)))],
+            content_length=False,
+        )
+        conn.send(head)
+        time.sleep(0.2)  # into the start message's slow read
+        conn.send(body)
+        response = conn.read_response()
+    assert (response.status, response.body) == (200, str(len(body)).encode())
 
 
 def test_sigterm_after_cancelled_read_stops_promptly() -> None:

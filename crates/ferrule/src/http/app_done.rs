@@ -43,7 +43,7 @@ pub fn on_app_done(
         return;
     };
     let (body_bytes, response_headers) = {
-        let mut state = exchange.state.lock().unwrap();
+        let mut state = exchange.lock_state(Some(py));
         let no_body = exchange.head_request || matches!(status, 204 | 304);
         let body_bytes = if no_body { 0 } else { state.body_sent };
         (body_bytes, std::mem::take(&mut state.logged_headers))

@@ -67,7 +67,7 @@ impl HttpReceive {
     fn __call__(&self, py: Python<'_>) -> PyResult<Py<NativeFuture>> {
         let exchange = &self.exchange;
         let bridge = exchange.server.bridge.clone();
-        let mut state = exchange.state.lock().unwrap();
+        let mut state = exchange.lock_state(Some(py));
         if state.disconnected || state.phase == Phase::Complete {
             drop(state);
             return Py::new(
@@ -125,7 +125,7 @@ async fn read_body_chunk(
     };
     Python::attach(|py| {
         let message = {
-            let mut state = exchange.state.lock().unwrap();
+            let mut state = exchange.lock_state(Some(py));
             match chunk {
                 Ok((data, finished)) => {
                     state.body_read += data.len() as u64;
@@ -222,7 +222,7 @@ impl HttpSend {
         let declared = declared.length;
         let has_body = !self.exchange.head_request
             && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED);
-        let mut state = self.exchange.state.lock().unwrap();
+        let mut state = self.exchange.lock_state(Some(py));
         if state.disconnected {
             return Err(client_gone());
         }
@@ -246,7 +246,7 @@ impl HttpSend {
     fn early_hint(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
         let links = parse_links(py, message)?;
         let exchange = &self.exchange;
-        let state = exchange.state.lock().unwrap();
+        let state = exchange.lock_state(Some(py));
         if state.disconnected {
             return Err(client_gone());
         }
@@ -267,7 +267,7 @@ impl HttpSend {
         let headers = parse_headers(py, message)?;
         let more = optional_flag(message, intern!(py, "more_trailers"))?;
         let exchange = &self.exchange;
-        let mut state = exchange.state.lock().unwrap();
+        let mut state = exchange.lock_state(Some(py));
         if state.disconnected {
             return Err(client_gone());
         }
@@ -297,7 +297,7 @@ impl HttpSend {
         let file = std::fs::File::open(&path)?;
         let length = file.metadata()?.len();
         let exchange = &self.exchange;
-        let mut state = exchange.state.lock().unwrap();
+        let mut state = exchange.lock_state(Some(py));
         if state.disconnected {
             return Err(client_gone());
         }
@@ -368,7 +368,7 @@ impl HttpSend {
         };
         let more_body = optional_flag(message, intern!(py, "more_body"))?;
         let exchange = &self.exchange;
-        let mut state = exchange.state.lock().unwrap();
+        let mut state = exchange.lock_state(Some(py));
         if state.disconnected {
             return Err(client_gone());
         }

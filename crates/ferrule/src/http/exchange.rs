@@ -2,7 +2,7 @@
 //! response stands.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
@@ -10,6 +10,7 @@ use http_body::Body;
 use http_body_util::BodyExt;
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
 use pyo3::types::PyDict;
 use tokio::sync::{mpsc, oneshot};
 
@@ -129,7 +130,7 @@ pub struct Exchange {
     pub(super) head_request: bool,
     /// The request asked `Expect: 100-continue` before sending its body (see `send_head`).
     expects_continue: bool,
-    pub(super) state: Mutex<ExchangeState>,
+    state: Mutex<ExchangeState>,
     /// What the response body, once streamed, shares with `send()`.
     pub(super) body: BodyQueue,
     /// What the request came over, and when its head was read (`trace::now_mark`; 0 when
@@ -190,12 +191,24 @@ impl Exchange {
     /// loop's thread the buffer's memory went back to the system and was faulted in again, a
     /// page every few requests. Kept before the app runs, so it is here when the response
     /// head is.
-    pub(super) fn keep_spent_head(&self, head: Box<RequestHead>) {
-        self.state.lock().unwrap().spent_head = Some(head);
+    pub(super) fn keep_spent_head(&self, py: Python<'_>, head: Box<RequestHead>) {
+        self.lock_state(Some(py)).spent_head = Some(head);
+    }
+
+    /// Locks the request's state; `py` when the caller holds the GIL, which it then lets go of
+    /// while it waits. A holder of the lock may let go of the GIL and wait to get it back (any
+    /// Python call may; so does the first use of an interned string): waiting for the lock
+    /// with the GIL held would deadlock the two threads.
+    pub(super) fn lock_state(&self, py: Option<Python<'_>>) -> MutexGuard<'_, ExchangeState> {
+        match py {
+            Some(py) => self.state.lock_py_attached(py),
+            None => self.state.lock(),
+        }
+        .unwrap()
     }
 
     pub(super) fn take_spent_head(&self) -> Option<Box<RequestHead>> {
-        self.state.lock().unwrap().spent_head.take()
+        self.lock_state(None).spent_head.take()
     }
 
     /// Whether `len` more body bytes fit the queue's bound, which follows what hyper has passed
@@ -267,7 +280,7 @@ impl Exchange {
     /// The client is gone: every later `receive()` says so, every `send()` raises.
     pub fn mark_disconnected(&self, py: Python<'_>) {
         let waiters = {
-            let mut state = self.state.lock().unwrap();
+            let mut state = self.lock_state(Some(py));
             if state.phase == Phase::Complete || state.disconnected {
                 return;
             }
@@ -280,7 +293,7 @@ impl Exchange {
 
     /// hyper let go of the streamed body once the declared length was out (see `StreamBody`).
     fn mark_length_reached(&self) {
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.lock_state(None);
         state.length_reached = true;
         state.body_tx = None;
     }
@@ -300,7 +313,7 @@ impl Exchange {
     /// answer, and report what the access log needs. Returns the status sent (0 if none).
     pub fn finish_app(&self, py: Python<'_>, failed: bool) -> (u16, Option<&'static str>) {
         let (status, problem, waiters, discard) = {
-            let mut state = self.state.lock().unwrap();
+            let mut state = self.lock_state(Some(py));
             // An app that stops once the client has gone (it heard `http.disconnect` or `send()`
             // raised) did what the spec asks: nothing to report.
             let unfinished = if failed || state.disconnected {

@@ -526,7 +526,7 @@ fn start_app(
         .request_context
         .run(py, || call_app(py, exchange, &head, conn));
     if server.bridge.starts_on_loop() {
-        exchange.keep_spent_head(head);
+        exchange.keep_spent_head(py, head);
     } else {
         // On the tokio thread already: the head goes here, before hyper reads on (it reads
         // while a request is in progress, to notice the client leaving). Its header values

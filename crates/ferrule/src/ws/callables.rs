@@ -54,7 +54,7 @@ impl WsReceive {
         let exchange = &self.exchange;
         let bridge = exchange.server.bridge.clone();
         {
-            let mut state = exchange.state.lock().unwrap();
+            let mut state = exchange.lock_state(Some(py));
             if !state.connect_delivered {
                 state.connect_delivered = true;
                 let message = PyDict::new(py);
@@ -76,11 +76,11 @@ impl WsReceive {
         if let Ok(mut inbound) = exchange.inbound.try_lock() {
             let ready = match inbound.try_recv() {
                 Ok(message) => Some(message),
-                Err(mpsc::error::TryRecvError::Disconnected) => Some(exchange.ended()),
+                Err(mpsc::error::TryRecvError::Disconnected) => Some(exchange.ended(Some(py))),
                 Err(mpsc::error::TryRecvError::Empty) => None,
             };
             if let Some(message) = ready {
-                let message = message_dict(py, remember(exchange, message))?;
+                let message = message_dict(py, remember(exchange, message, Some(py)))?;
                 return Py::new(
                     py,
                     NativeFuture::resolved(bridge, message.into_any().unbind()),
@@ -93,7 +93,8 @@ impl WsReceive {
         let exchange = exchange.clone();
         handle.spawn(async move {
             let message = exchange.inbound.lock().await.recv().await;
-            let message = remember(&exchange, message.unwrap_or_else(|| exchange.ended()));
+            let message = message.unwrap_or_else(|| exchange.ended(None));
+            let message = remember(&exchange, message, None);
             Python::attach(|py| {
                 let message = message_dict(py, message).map(|m| m.into_any().unbind());
                 NativeFuture::settle(resolving.bind(py), message, ResumeVia::DriveNow);
@@ -103,10 +104,10 @@ impl WsReceive {
     }
 }
 
-/// Keeps a disconnect to repeat it to every later `receive()`.
-fn remember(exchange: &WsExchange, message: Inbound) -> Inbound {
+/// Keeps a disconnect to repeat it to every later `receive()`; `py` as for `lock_state`.
+fn remember(exchange: &WsExchange, message: Inbound, py: Option<Python<'_>>) -> Inbound {
     if let Inbound::Disconnect(code, reason) = &message {
-        let mut state = exchange.state.lock().unwrap();
+        let mut state = exchange.lock_state(py);
         state.disconnected = Some((*code, reason.clone()));
     }
     message
@@ -137,7 +138,7 @@ impl WsSend {
                     Some(code) => code.extract()?,
                     None => 1000,
                 };
-                let mut state = self.exchange.state.lock().unwrap();
+                let mut state = self.exchange.lock_state(Some(py));
                 if matches!(state.phase, Phase::Connecting) {
                     // A close before the handshake denies it, whatever the reason holds (FastAPI
                     // passes its list of validation errors there).
@@ -193,7 +194,7 @@ impl WsSend {
             _ => None,
         };
         let mut headers = parse_headers(py, message)?;
-        let mut state = self.exchange.state.lock().unwrap();
+        let mut state = self.exchange.lock_state(Some(py));
         if state.phase == Phase::Closed && state.socket_ended.is_some() {
             return Err(client_gone());
         }
@@ -240,7 +241,7 @@ impl WsSend {
 
     /// The denial-response extension: an HTTP response instead of the WebSocket.
     fn deny(&self, py: Python<'_>, kind: &str, message: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        let mut state = self.exchange.state.lock().unwrap();
+        let mut state = self.exchange.lock_state(Some(py));
         match (kind, state.phase) {
             ("websocket.http.response.start", Phase::Connecting) => {
                 let status: u16 = message.get_item(intern!(py, "status"))?.extract()?;
@@ -288,7 +289,7 @@ impl WsSend {
     /// Queues a frame for the socket; a full queue suspends the caller on a native future.
     fn push(&self, py: Python<'_>, frame: Message, closing: bool) -> PyResult<Py<PyAny>> {
         let tx = {
-            let mut state = self.exchange.state.lock().unwrap();
+            let mut state = self.exchange.lock_state(Some(py));
             match state.phase {
                 Phase::Accepted => {}
                 Phase::Closed if state.socket_ended.is_some() => return Err(client_gone()),

@@ -1,12 +1,13 @@
 //! `WsExchange`: what one WebSocket's callables and its socket task share, and where the
 //! session stands.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
@@ -62,7 +63,7 @@ pub(super) struct State {
 /// What one WebSocket's callables and its socket task share.
 pub struct WsExchange {
     pub server: Arc<Server>,
-    pub(super) state: Mutex<State>,
+    state: Mutex<State>,
     pub(super) inbound: Arc<tokio::sync::Mutex<mpsc::Receiver<Inbound>>>,
 }
 
@@ -109,6 +110,18 @@ impl WsExchange {
         (exchange, head_rx, ends)
     }
 
+    /// Locks the session's state; `py` when the caller holds the GIL, which it then lets go of
+    /// while it waits. A holder of the lock may let go of the GIL and wait to get it back (any
+    /// Python call may; so does the first use of an interned string): waiting for the lock
+    /// with the GIL held would deadlock the two threads.
+    pub(super) fn lock_state(&self, py: Option<Python<'_>>) -> MutexGuard<'_, State> {
+        match py {
+            Some(py) => self.state.lock_py_attached(py),
+            None => self.state.lock(),
+        }
+        .unwrap()
+    }
+
     pub(super) fn answer(state: &mut State, response: Response<Bytes>) {
         if let Some(head_tx) = state.head_tx.take() {
             let _ = head_tx.send(response);
@@ -120,8 +133,8 @@ impl WsExchange {
     /// own response begun: that response if its `Content-Length` says it is whole, else what
     /// it sent (or 500 if it failed). After accepting: a close, 1000 (1011 if it failed).
     /// Returns what to log when the app itself did nothing wrong in Python's eyes.
-    pub fn finish_app(&self, failed: bool) -> Option<&'static str> {
-        let mut state = self.state.lock().unwrap();
+    pub fn finish_app(&self, py: Python<'_>, failed: bool) -> Option<&'static str> {
+        let mut state = self.lock_state(Some(py));
         let phase = state.phase;
         state.phase = Phase::Closed;
         let settings = &self.server.settings;
@@ -163,20 +176,20 @@ impl WsExchange {
     /// The socket task ended with the client gone or the close handshake done: `send()` now
     /// raises, and `receive()` reports this once the queued messages are read.
     pub fn mark_closed(&self, code: u16, reason: Option<String>) {
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.lock_state(None);
         state.outbound = None;
         state.socket_ended.get_or_insert((code, reason));
     }
 
     /// Whether the app's answer was `websocket.accept` (101, or 200 on HTTP/2).
     pub fn accepted(&self) -> bool {
-        self.state.lock().unwrap().accepted
+        self.lock_state(None).accepted
     }
 
     /// The handshake will not complete (the server is stopping): the app's `receive()` hears
     /// 1006, and `websocket.accept` raises as for a client gone.
     pub fn abandon(&self) {
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.lock_state(None);
         state.phase = Phase::Closed;
         state.head_tx = None;
         state.outbound = None;
@@ -185,12 +198,13 @@ impl WsExchange {
 
     /// The code the session closed with (1006 if it never closed properly).
     pub(super) fn close_code(&self) -> u16 {
-        let state = self.state.lock().unwrap();
+        let state = self.lock_state(None);
         state.socket_ended.as_ref().map_or(1006, |(code, _)| *code)
     }
 
-    pub(super) fn ended(&self) -> Inbound {
-        let state = self.state.lock().unwrap();
+    /// How the session ended, for `receive()`; `py` as for `lock_state`.
+    pub(super) fn ended(&self, py: Option<Python<'_>>) -> Inbound {
+        let state = self.lock_state(py);
         let (code, reason) = state.socket_ended.clone().unwrap_or((1006, None));
         Inbound::Disconnect(code, reason)
     }

@@ -289,7 +289,7 @@ fn on_app_done(py: Python<'_>, exchange: &Arc<WsExchange>, result: PyResult<Py<P
         _ => None,
     };
     let failed = result.is_err() || returned.is_some();
-    if let Some(problem) = exchange.finish_app(failed) {
+    if let Some(problem) = exchange.finish_app(py, failed) {
         log_line(&server.py, ERROR, problem);
     }
     if let Some(returned) = returned {
