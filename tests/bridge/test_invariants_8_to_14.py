@@ -25,6 +25,7 @@ from bridgeutil import (
     GUARD,
     PROMPT,
     check_first_drive_thread,
+    exercised,
     gather_bounded,
     on_loop_thread,
     wait_for_marks,
@@ -204,7 +205,7 @@ def test_i11_running_loop_is_visible_on_the_tokio_thread(run) -> None:
         assert ok
         check_first_drive_thread(first_on_loop_thread, bridge.mode)
 
-    run(main)
+    exercised(lambda: run(main))
 
 
 # --- I12: tokio work started on the loop thread finds the runtime ----------------------------

@@ -17,6 +17,7 @@ from bridgeutil import (
     PROMPT,
     check_first_drive_thread,
     child_value,
+    exercised,
     on_loop_thread,
     wait_for_marks,
 )
@@ -73,7 +74,7 @@ def test_created_task_awaited_directly_completes_within_1s(run) -> None:
         check_first_drive_thread(first_on_loop_thread, bridge.mode)
         assert elapsed < PROMPT, f"took {elapsed:.3f}s"
 
-    run(main)
+    exercised(lambda: run(main))
 
 
 def test_anyio_task_group_then_native_await_completes_within_1s(run) -> None:
@@ -126,7 +127,7 @@ def test_asyncio_timer_armed_on_a_tokio_thread_fires_on_time(run) -> None:
         check_first_drive_thread(first_on_loop_thread, bridge.mode)
         assert 0.04 < elapsed < PROMPT, f"took {elapsed:.3f}s"
 
-    run(main)
+    exercised(lambda: run(main))
 
 
 def test_event_set_on_a_tokio_thread_wakes_a_loop_task_promptly(run) -> None:
