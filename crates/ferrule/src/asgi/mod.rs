@@ -18,7 +18,8 @@
 //! - `responses`: responses the server makes itself;
 //! - `disconnected`: `ClientDisconnected`, what `send()` raises once the client has gone;
 //! - `logging`: logging what an app raised;
-//! - `levels`: the log level numbers, TRACE's shared with Python.
+//! - `levels`: the log level numbers, TRACE's shared with Python;
+//! - `gil_lock`: locking what Python callables and tokio tasks share, never across the GIL.
 
 pub(crate) mod access_format;
 pub(crate) mod access_line;
@@ -27,6 +28,7 @@ pub(crate) mod access_route;
 pub(crate) mod conn;
 pub(crate) mod diagnostics;
 pub(crate) mod disconnected;
+pub(crate) mod gil_lock;
 pub(crate) mod handles;
 pub(crate) mod levels;
 pub(crate) mod live;

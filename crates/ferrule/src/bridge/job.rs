@@ -196,6 +196,8 @@ impl Job {
                 return Ok(resumer.bind(py).clone());
             }
         }
+        // Made outside the lock; should another thread have set one meanwhile, that one stays,
+        // and `made` is dropped after the lock is released.
         let made = make()?.into_bound(py);
         let mut state = self.state.lock().unwrap();
         let resumer = state.resumer.get_or_insert_with(|| made.clone().unbind());

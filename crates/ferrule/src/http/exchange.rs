@@ -10,11 +10,11 @@ use http_body::Body;
 use http_body_util::BodyExt;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::sync::MutexExt;
 use pyo3::types::PyDict;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::asgi::access_format::AccessFormat;
+use crate::asgi::gil_lock;
 use crate::asgi::proxy::Forwarded;
 use crate::asgi::raw_head::RawHead;
 use crate::asgi::responses::{closing_response, plain_response};
@@ -195,16 +195,9 @@ impl Exchange {
         self.lock_state(Some(py)).spent_head = Some(head);
     }
 
-    /// Locks the request's state; `py` when the caller holds the GIL, which it then lets go of
-    /// while it waits. A holder of the lock may let go of the GIL and wait to get it back (any
-    /// Python call may; so does the first use of an interned string): waiting for the lock
-    /// with the GIL held would deadlock the two threads.
+    /// Locks the request's state; `py` when the caller holds the GIL (see `gil_lock`).
     pub(super) fn lock_state(&self, py: Option<Python<'_>>) -> MutexGuard<'_, ExchangeState> {
-        match py {
-            Some(py) => self.state.lock_py_attached(py),
-            None => self.state.lock(),
-        }
-        .unwrap()
+        gil_lock::lock(&self.state, py)
     }
 
     pub(super) fn take_spent_head(&self) -> Option<Box<RequestHead>> {

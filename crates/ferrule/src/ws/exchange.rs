@@ -7,12 +7,12 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::sync::MutexExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::asgi::gil_lock;
 use crate::asgi::responses::closing_response;
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
@@ -110,16 +110,9 @@ impl WsExchange {
         (exchange, head_rx, ends)
     }
 
-    /// Locks the session's state; `py` when the caller holds the GIL, which it then lets go of
-    /// while it waits. A holder of the lock may let go of the GIL and wait to get it back (any
-    /// Python call may; so does the first use of an interned string): waiting for the lock
-    /// with the GIL held would deadlock the two threads.
+    /// Locks the session's state; `py` when the caller holds the GIL (see `gil_lock`).
     pub(super) fn lock_state(&self, py: Option<Python<'_>>) -> MutexGuard<'_, State> {
-        match py {
-            Some(py) => self.state.lock_py_attached(py),
-            None => self.state.lock(),
-        }
-        .unwrap()
+        gil_lock::lock(&self.state, py)
     }
 
     pub(super) fn answer(state: &mut State, response: Response<Bytes>) {
