@@ -231,7 +231,7 @@ def test_a_body_read_ending_while_send_lets_go_of_the_gil_does_not_deadlock(
     waited for the GIL; the server answered nothing, not even SIGTERM (seen here, and once on
     3.14 under load as httpx's write timeout)."""
     body = b"y" * 100_000
-    with RawConnection(server.port or 0, timeout=10) as conn:
+    with RawConnection(server.port, timeout=10) as conn:
         head = request_bytes(
             "POST",
             "/start-while-body-arrives",
