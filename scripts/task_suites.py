@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,9 +33,14 @@ SUITES = [
     "test_context",
 ]
 HOOK = Path(__file__).resolve().parent / "task_suites"
+# Seconds one suite may take: the longest, test_tasks, takes about 25 s at load 4.
+SUITE_TIMEOUT = 180
 # unittest's verbose lines: "name (id) ... ok", or with a docstring, "name (id)" and then
 # "first docstring line ... ok".
 HEAD = re.compile(r"^\S+ \(([\w.]+)\)")
+# faulthandler's first line when regrtest's --timeout passes or on SIGABRT, after the running
+# test's "... ".
+DEADLINE = re.compile(r"Timeout \(\d+:\d\d:\d\d\)!|Fatal Python error: Aborted")
 OUTCOME = re.compile(r"\.\.\. (ok|FAIL|ERROR|skipped|expected failure|unexpected success)")
 
 
@@ -42,7 +48,34 @@ def run_suites(
     args: argparse.Namespace, stock: bool, only: list[str] | None = None
 ) -> tuple[dict[str, str], dict | None]:
     """Each test's outcome, and what reached the factory (None without it); ``only``: the
-    tests (ids) to run again."""
+    tests (ids) to run again. Each suite runs in its own process, so that one that hangs
+    costs its own deadline and not the others' results."""
+    outcomes: dict[str, str] = {}
+    made: dict | None = None if stock else {"made": {}, "tests": {}}
+    log = []
+    for suite in args.tests:
+        wanted = [t for t in only or [] if t.startswith(f"test.{suite}.")]
+        if only is not None and not wanted:
+            continue
+        output, report = run_suite(args, suite, stock, wanted)
+        log.append(output)
+        found = parse(output)
+        outcomes.update(found)
+        if made is not None and report is not None:
+            for key, count in report["made"].items():
+                made["made"][key] = made["made"].get(key, 0) + count
+            made["tests"].update(report["tests"])
+        if not found:
+            print(output[-3000:])
+    if args.log and only is None:
+        Path(args.log).write_text("\n".join(log))
+    return outcomes, made
+
+
+def run_suite(
+    args: argparse.Namespace, suite: str, stock: bool, only: list[str]
+) -> tuple[str, dict | None]:
+    """One suite's ``python -m test`` output, and its report of what reached the factory."""
     paths = [str(HOOK)]
     if args.ferrule_path:
         paths.append(args.ferrule_path)
@@ -57,14 +90,49 @@ def run_suites(
             "FERRULE_TASK_SUITES_FACTORY": "0" if stock else "1",
             "FERRULE_TASK_SUITES_REPORT": str(report),
         }
-        command = [args.python, "-m", "test", "-v", *args.tests]
-        for test_id in only or []:
+        # regrtest's own deadline: faulthandler prints every thread's stack, then the
+        # process exits, so a hang names its test and where each thread waited.
+        command = [args.python, "-m", "test", "-v", f"--timeout={SUITE_TIMEOUT}", suite]
+        for test_id in only:
             command += ["-m", test_id.rsplit(".", 1)[-1]]
-        run = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-        output = run.stdout + run.stderr
-        if args.log and only is None:
-            Path(args.log).write_text(output)
+        with subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as run:
+            # unittest and faulthandler write to stderr, regrtest's progress to stdout.
+            try:
+                out, err = run.communicate(timeout=SUITE_TIMEOUT + 60)
+            except subprocess.TimeoutExpired:
+                # Past regrtest's deadline, so after the tests (say, at exit): SIGABRT has
+                # regrtest's faulthandler print every thread's stack before the process dies.
+                run.send_signal(signal.SIGABRT)
+                try:
+                    out, err = run.communicate(timeout=10)
+                except subprocess.TimeoutExpired:
+                    run.kill()
+                    out, err = run.communicate()
+                print(f"  {suite}: still running {SUITE_TIMEOUT + 60} s after it started")
+        if DEADLINE.search(err):
+            print(f"  {suite} hung; its threads that ran Python:")
+            print("\n".join(f"    {row}" for row in stacks(err)))
+        output = out + err
         made = json.loads(report.read_text()) if report.exists() and not stock else None
+    return output, made
+
+
+def stacks(output: str) -> list[str]:
+    """The lines of faulthandler's dump in ``output`` for the threads that ran Python: tokio's
+    show no Python frame."""
+    start = max([m.start() for m in DEADLINE.finditer(output)], default=-1)
+    if start < 0:
+        return output[-2000:].splitlines()
+    blocks = output[start:].split("\n\n")
+    kept = [block for block in blocks if "<no Python frame>" not in block]
+    return "\n".join(kept[:4]).splitlines()[:120]
+
+
+def parse(output: str) -> dict[str, str]:
+    """Each test's outcome from unittest's verbose lines; a test that was running when the
+    deadline passed is ``TIMEOUT``."""
     outcomes: dict[str, str] = {}
     test = None
     for line in output.splitlines():
@@ -75,9 +143,11 @@ def run_suites(
         if outcome and test is not None:
             outcomes.setdefault(test, outcome.group(1))
             test = None
-    if not outcomes:
-        print(output[-3000:])
-    return outcomes, made
+        deadline = DEADLINE.search(line)
+        if deadline and test is not None:
+            outcomes.setdefault(test, "TIMEOUT")
+            test = None
+    return outcomes
 
 
 def summary(outcomes: dict[str, str]) -> dict[str, int]:
@@ -88,7 +158,7 @@ def summary(outcomes: dict[str, str]) -> dict[str, int]:
 
 
 def failures(outcomes: dict[str, str]) -> set[str]:
-    return {name for name, outcome in outcomes.items() if outcome in ("FAIL", "ERROR")}
+    return {name for name, outcome in outcomes.items() if outcome in ("FAIL", "ERROR", "TIMEOUT")}
 
 
 def main() -> int:
