@@ -63,8 +63,19 @@ def _counting(run):
             return run(self, result)
         finally:
             _tests[self.id()] = _made["tasks"] - before
+            _close_idle_bridges()
 
     return run_test
+
+
+def _close_idle_bridges() -> None:
+    """Closes the bridges of loops the test left unclosed: a bridge holds its loop, so the
+    loop (its epoll, io_uring and the bridge's threads) would outlive the test; on uvloop,
+    CPython's close_loop fails before it closes the loop, and a suite piled up hundreds."""
+    for loop, made in list(_bridges.items()):
+        if not loop.is_running():
+            del _bridges[loop]
+            made[0].close()
 
 
 def _install() -> None:
