@@ -120,11 +120,9 @@ def run_suite(
 
 
 def stacks(output: str) -> list[str]:
-    """The lines of faulthandler's dump in ``output`` for the threads that ran Python: tokio's
-    show no Python frame."""
-    start = max([m.start() for m in DEADLINE.finditer(output)], default=-1)
-    if start < 0:
-        return output[-2000:].splitlines()
+    """The lines of faulthandler's last dump in ``output`` (there is one) for the threads that
+    ran Python: tokio's show no Python frame."""
+    start = max(m.start() for m in DEADLINE.finditer(output))
     blocks = output[start:].split("\n\n")
     kept = [block for block in blocks if "<no Python frame>" not in block]
     return "\n".join(kept[:4]).splitlines()[:120]
