@@ -1,11 +1,14 @@
 """Runs CPython's own asyncio task tests with ferrule's task factory on every event loop.
 
     python3 scripts/task_suites.py [--python python3.11] [--loop asyncio|uvloop]
-                                   [--ferrule-path DIR] [--no-baseline] [TEST ...]
+                                   [--ferrule-path DIR] [--no-baseline] [--timeout S]
+                                   [--testdir DIR] [TEST ...]
 
-The suites are the interpreter's own (``python -m test``), run once in one process;
-``task_suites/sitecustomize.py`` installs the factory on each loop as it is made. The tests
-that fail run again without it, for the failures the interpreter has on this loop anyway.
+The suites are the interpreter's own (``python -m test``), each in a process of its own under
+regrtest's deadline; ``task_suites/sitecustomize.py`` installs the factory on each loop as it
+is made. The tests that fail run again without it, for the failures the interpreter has on
+this loop anyway. A test still running at the deadline is a hang: it fails, and the stacks of
+the threads that ran Python are printed.
 Prints each test that failed, and how many tests made at least one task through the factory: most of
 test_tasks builds ``Task``s directly, which no factory sees, but their loops'
 ``run_until_complete``, ``gather``, ``ensure_future`` and ``wait_for`` go through it.
@@ -34,7 +37,7 @@ SUITES = [
 ]
 HOOK = Path(__file__).resolve().parent / "task_suites"
 # Seconds one suite may take: the longest, test_tasks, takes about 25 s at load 4.
-SUITE_TIMEOUT = 180
+SUITE_TIMEOUT = 180.0
 # unittest's verbose lines: "name (id) ... ok", or with a docstring, "name (id)" and then
 # "first docstring line ... ok".
 HEAD = re.compile(r"^\S+ \(([\w.]+)\)")
@@ -51,10 +54,12 @@ def run_suites(
     tests (ids) to run again. Each suite runs in its own process, so that one that hangs
     costs its own deadline and not the others' results."""
     outcomes: dict[str, str] = {}
-    made: dict | None = None if stock else {"made": {}, "tests": {}}
+    # A suite's process that was killed (a hang) wrote no report: its tasks are not counted.
+    made: dict | None = None if stock else {"made": {"tasks": 0, "bridges": 0}, "tests": {}}
     log = []
     for suite in args.tests:
-        wanted = [t for t in only or [] if t.startswith(f"test.{suite}.")]
+        # CPython's suites' ids start with "test.", those of a --testdir with the module.
+        wanted = [t for t in only or [] if t.startswith((f"test.{suite}.", f"{suite}."))]
         if only is not None and not wanted:
             continue
         output, report = run_suite(args, suite, stock, wanted)
@@ -92,7 +97,9 @@ def run_suite(
         }
         # regrtest's own deadline: faulthandler prints every thread's stack, then the
         # process exits, so a hang names its test and where each thread waited.
-        command = [args.python, "-m", "test", "-v", f"--timeout={SUITE_TIMEOUT}", suite]
+        command = [args.python, "-m", "test", "-v", f"--timeout={args.timeout}", suite]
+        if args.testdir:
+            command.insert(4, f"--testdir={args.testdir}")
         for test_id in only:
             command += ["-m", test_id.rsplit(".", 1)[-1]]
         with subprocess.Popen(
@@ -100,7 +107,7 @@ def run_suite(
         ) as run:
             # unittest and faulthandler write to stderr, regrtest's progress to stdout.
             try:
-                out, err = run.communicate(timeout=SUITE_TIMEOUT + 60)
+                out, err = run.communicate(timeout=args.timeout + 60)
             except subprocess.TimeoutExpired:
                 # Past regrtest's deadline, so after the tests (say, at exit): SIGABRT has
                 # regrtest's faulthandler print every thread's stack before the process dies.
@@ -110,7 +117,7 @@ def run_suite(
                 except subprocess.TimeoutExpired:
                     run.kill()
                     out, err = run.communicate()
-                print(f"  {suite}: still running {SUITE_TIMEOUT + 60} s after it started")
+                print(f"  {suite}: still running {args.timeout + 60:g} s after it started")
         if DEADLINE.search(err):
             print(f"  {suite} hung; its threads that ran Python:")
             print("\n".join(f"    {row}" for row in stacks(err)))
@@ -170,6 +177,13 @@ def main() -> int:
         help="do not run again with stock Task the tests that fail with the factory",
     )
     parser.add_argument("--log", help="keep the factory run's python -m test output in this file")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=SUITE_TIMEOUT,
+        help=f"seconds a suite may run (default {SUITE_TIMEOUT:g}); a test still running is a hang",
+    )
+    parser.add_argument("--testdir", help="run these test modules, not CPython's (regrtest's)")
     parser.add_argument("tests", nargs="*", default=SUITES)
     args = parser.parse_args()
     version = subprocess.run(
