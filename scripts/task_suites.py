@@ -80,7 +80,8 @@ def run_suites(
 def run_suite(
     args: argparse.Namespace, suite: str, stock: bool, only: list[str]
 ) -> tuple[str, dict | None]:
-    """One suite's ``python -m test`` output, and its report of what reached the factory."""
+    """One suite's ``python -m test`` output, and its report of what reached the factory (None
+    if the process wrote none)."""
     paths = [str(HOOK)]
     if args.ferrule_path:
         paths.append(args.ferrule_path)
@@ -122,7 +123,7 @@ def run_suite(
             print(f"  {suite} hung; its threads that ran Python:")
             print("\n".join(f"    {row}" for row in stacks(err)))
         output = out + err
-        made = json.loads(report.read_text()) if report.exists() and not stock else None
+        made = json.loads(report.read_text()) if report.exists() else None
     return output, made
 
 

@@ -47,10 +47,8 @@ def _with_factory(init):
 
 def _closing_bridge(close):
     def close_loop(self):
-        made = _bridges.get(self)
-        if made is not None and not self.is_running() and not self.is_closed():
-            del _bridges[self]
-            made[0].close()
+        if not self.is_closed():
+            _close_bridge(self)
         close(self)
 
     return close_loop
@@ -72,10 +70,14 @@ def _close_idle_bridges() -> None:
     """Closes the bridges of loops a test left unclosed, each with its tokio threads and
     descriptors: on uvloop, CPython's close_loop fails before it closes the loop, and the
     bridges of 139 tests of test_tasks stayed open to the end of the process."""
-    for loop, made in list(_bridges.items()):
-        if not loop.is_running():
-            del _bridges[loop]
-            made[0].close()
+    for loop in list(_bridges):
+        _close_bridge(loop)
+
+
+def _close_bridge(loop) -> None:
+    """Closes ``loop``'s bridge, if it has one and the loop is not running."""
+    if loop in _bridges and not loop.is_running():
+        _bridges.pop(loop)[0].close()
 
 
 def _install() -> None:
