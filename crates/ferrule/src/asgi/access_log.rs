@@ -82,6 +82,10 @@ impl AccessEntry {
             ),
             None => (None, Vec::new()),
         };
+        // Only a JSON line and a record's attributes give these: two header lookups and two
+        // copies a request that uvicorn's line does without.
+        let detailed = log.json || log.fields;
+        let header = |name| detailed.then(|| parts.headers.get(name).cloned()).flatten();
         Self {
             client: conn.client_label(forwarded),
             method: parts.method.clone(),
@@ -90,8 +94,8 @@ impl AccessEntry {
             received: Instant::now(),
             user,
             request_headers,
-            user_agent: parts.headers.get(http::header::USER_AGENT).cloned(),
-            referer: parts.headers.get(http::header::REFERER).cloned(),
+            user_agent: header(http::header::USER_AGENT),
+            referer: header(http::header::REFERER),
             chosen_headers: AccessFormat::pick(log.headers, &parts.headers),
         }
     }
