@@ -5,6 +5,8 @@
 //!   idle HTTP/1.1 connections aside);
 //! - `finish_when`: `FinishWhen`, when a connection is asked to finish, and when an idle
 //!   HTTP/1.1 connection is set aside;
+//! - `header_timer`: `HeaderTimer`, hyper's timer for how long an HTTP/1.1 client may take over
+//!   a request head, a tokio timer only for the heads that are slow to come;
 //! - `recording_io`: `RecordingIo`, the socket as hyper reads it, through the head recorder;
 //!   it also tells HTTP/1.1 from HTTP/2 by the client's first bytes, and gathers HTTP/2's writes;
 //! - `proxy_protocol`: the PROXY protocol header a balancer may send first (`--proxy-protocol`);
@@ -15,6 +17,7 @@
 //! It hands each request to `http`'s request path.
 
 mod finish_when;
+mod header_timer;
 mod listener;
 mod proxy_protocol;
 mod recording_io;

@@ -22,6 +22,7 @@ use crate::http::{handle, Connection, IncomingBody, InterimQueue, Recorder, Upgr
 use crate::ws;
 
 use super::finish_when::{Driven, FinishWhen};
+use super::header_timer::HeaderTimer;
 use super::listener::{IoStream, Listeners};
 use super::proxy_protocol::read_header;
 use super::recording_io::RecordingIo;
@@ -249,11 +250,11 @@ async fn after_proxy_header(
     }
 }
 
-/// hyper's HTTP/1.1 settings.
+/// hyper's HTTP/1.1 settings (on the runtime: its header timer starts a sweeping task).
 fn http1_builder(settings: &Settings) -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
-        .timer(TokioTimer::new())
+        .timer(HeaderTimer::start())
         .header_read_timeout(settings.header_read_timeout())
         .auto_date_header(settings.date_header)
         // The request line and headers must fit in `max_head_size`. hyper's buffer is twice
