@@ -7,7 +7,8 @@
 //! instructions. Here a sleep is first only listed. A sweep every `TICK` wakes the sleeps listed
 //! for a whole tick, and those, polled again, become tokio timers for the rest of their time: a
 //! slow or idle client is still closed at its deadline, which is a second or more away, while a
-//! sleep is swept within two ticks.
+//! sleep is swept within two ticks. While nothing is listed the sweep waits for a listing, so an
+//! idle server is not woken.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use hyper::rt::{Sleep, Timer};
 use slab::Slab;
+use tokio::sync::Notify;
 
 /// How often listed sleeps are swept.
 const TICK: Duration = Duration::from_millis(250);
@@ -30,8 +32,18 @@ impl HeaderTimer {
     /// tick after the timer and its sleeps are all dropped.
     pub(super) fn start() -> Self {
         let list = Arc::new(List::default());
-        tokio::spawn(sweep_every_tick(Arc::downgrade(&list)));
+        tokio::spawn(sweep_every_tick(
+            Arc::downgrade(&list),
+            list.listed_again.clone(),
+        ));
         Self { list }
+    }
+}
+
+impl Drop for HeaderTimer {
+    /// A sweep waiting for a listing looks again, and ends once no sleep is left either.
+    fn drop(&mut self) {
+        self.list.listed_again.notify_one();
     }
 }
 
@@ -52,6 +64,8 @@ impl Timer for HeaderTimer {
 #[derive(Default)]
 struct List {
     entries: Mutex<Entries>,
+    /// Told when an entry goes onto an empty list.
+    listed_again: Arc<Notify>,
 }
 
 #[derive(Default)]
@@ -72,8 +86,8 @@ struct Entry {
 
 impl List {
     /// Takes out the entries listed for a whole tick, or due within two ticks, and returns
-    /// their wakers (woken by the caller, outside the lock).
-    fn sweep(&self, now: Instant) -> Vec<Waker> {
+    /// their wakers (woken by the caller, outside the lock) and whether the list is now empty.
+    fn sweep(&self, now: Instant) -> (Vec<Waker>, bool) {
         let mut entries = self.entries.lock().unwrap();
         entries.sweeps += 1;
         let sweeps = entries.sweeps;
@@ -84,23 +98,31 @@ impl List {
             .filter(|(_, entry)| entry.listed_at + 2 <= sweeps || entry.deadline <= soon)
             .map(|(key, _)| key)
             .collect();
-        swept
+        let wakers = swept
             .into_iter()
             .map(|key| entries.listed.remove(key).waker)
-            .collect()
+            .collect();
+        (wakers, entries.listed.is_empty())
     }
 }
 
-async fn sweep_every_tick(list: Weak<List>) {
+async fn sweep_every_tick(list: Weak<List>, listed_again: Arc<Notify>) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let Some(list) = list.upgrade() else {
+        let Some(strong) = list.upgrade() else {
             return;
         };
-        for waker in list.sweep(Instant::now()) {
+        let (wakers, empty) = strong.sweep(Instant::now());
+        drop(strong);
+        for waker in wakers {
             waker.wake();
+        }
+        if empty {
+            // A listing made since the sweep has left a permit: no wait then.
+            listed_again.notified().await;
+            tick.reset();
         }
     }
 }
@@ -139,8 +161,13 @@ impl Future for ListedSleep {
                     deadline: this.deadline,
                     waker: cx.waker().clone(),
                 };
+                let first = entries.listed.is_empty();
                 let key = entries.listed.insert(entry);
+                drop(entries);
                 this.state = State::Listed { key, id };
+                if first {
+                    this.list.listed_again.notify_one();
+                }
                 return Poll::Pending;
             }
             State::Listed { key, id } => {
@@ -207,6 +234,26 @@ mod tests {
         assert_eq!(listed(&timer), 0);
     }
 
+    /// With nothing listed the sweep stops ticking, and starts again for the next sleep, which
+    /// fires at its deadline. Seen failing with the wait removed (sweeps went on at every
+    /// tick) and with the listing not telling the sweep (the second sleep never fired).
+    #[tokio::test]
+    async fn the_sweep_waits_while_nothing_is_listed() {
+        let timer = HeaderTimer::start();
+        let sweeps = || timer.list.entries.lock().unwrap().sweeps;
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(sweeps() <= 1, "{} sweeps of an empty list", sweeps());
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(1000);
+        let waited = tokio::time::timeout(Duration::from_secs(3), timer.sleep_until(deadline));
+        assert!(waited.await.is_ok(), "never fired");
+        let fired = started.elapsed();
+        assert!(
+            fired < Duration::from_millis(1250),
+            "fired late, after {fired:?}"
+        );
+    }
+
     /// A sleep dropped before its deadline, as hyper drops one when the head comes, leaves
     /// nothing listed, and a sleep polled again before the sweep stays listed only once.
     /// Seen failing (one entry left) with `Drop` removing nothing.
@@ -240,19 +287,12 @@ mod tests {
                 waker: waker.clone(),
             });
         };
+        let swept = |list: &List| list.sweep(Instant::now()).0.len();
         add(&list);
-        assert_eq!(
-            list.sweep(Instant::now()).len(),
-            0,
-            "listed for less than a tick"
-        );
+        assert_eq!(swept(&list), 0, "listed for less than a tick");
         add(&list);
-        assert_eq!(
-            list.sweep(Instant::now()).len(),
-            1,
-            "the first, a whole tick on"
-        );
-        assert_eq!(list.sweep(Instant::now()).len(), 1, "the second");
-        assert_eq!(list.entries.lock().unwrap().listed.len(), 0);
+        assert_eq!(swept(&list), 1, "the first, a whole tick on");
+        assert_eq!(swept(&list), 1, "the second");
+        assert!(list.sweep(Instant::now()).1, "empty");
     }
 }
