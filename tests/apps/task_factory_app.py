@@ -41,7 +41,9 @@ async def child(value: int) -> dict[str, Any]:
     return {"value": value, "var": VAR.get(), "name": task.get_name(), "driver": driver(task)}
 
 
-async def forever(name: str) -> None:
+async def forever(name: str, started: asyncio.Event | None = None) -> None:
+    if started is not None:
+        started.set()
     try:
         await asyncio.Event().wait()
     except asyncio.CancelledError:
@@ -53,7 +55,8 @@ async def boom() -> None:
     raise ValueError("never retrieved")
 
 
-async def reraise(box: list[BaseException]) -> None:
+async def reraise(box: list[BaseException], started: asyncio.Event) -> None:
+    started.set()
     try:
         await asyncio.sleep(5)
     except asyncio.CancelledError as exc:
@@ -61,7 +64,8 @@ async def reraise(box: list[BaseException]) -> None:
         raise
 
 
-async def swallow() -> str:
+async def swallow(started: asyncio.Event) -> str:
+    started.set()
     try:
         await asyncio.sleep(5)
     except asyncio.CancelledError:
@@ -69,7 +73,8 @@ async def swallow() -> str:
     return "not cancelled"
 
 
-async def reset_after_cancel() -> str:
+async def reset_after_cancel(started: asyncio.Event) -> str:
+    started.set()
     token = VAR.set("in task")
     try:
         await asyncio.sleep(5)
@@ -79,8 +84,8 @@ async def reset_after_cancel() -> str:
     return "not cancelled"
 
 
-async def outer() -> str:
-    return await asyncio.create_task(swallow())
+async def outer(started: asyncio.Event) -> str:
+    return await asyncio.create_task(swallow(started))
 
 
 async def probe() -> dict[str, Any]:
@@ -116,8 +121,11 @@ async def probe() -> dict[str, Any]:
     except TimeoutError:
         seen["timeout"] = "timed out"
     seen["cancelling_after_timeout"] = asyncio.current_task().cancelling()  # type: ignore[union-attr]
-    waiting = asyncio.create_task(forever("cancelled"))
-    await asyncio.sleep(0.001)
+    # Each task below is cancelled once it has started: a pause of a millisecond was not enough
+    # when the loop thread stalled that long (the task then got its cancellation at its start).
+    started = asyncio.Event()
+    waiting = asyncio.create_task(forever("cancelled", started))
+    await started.wait()
     seen["cancel"] = [waiting.cancel("stop"), waiting.cancelling()]
     try:
         await waiting
@@ -125,19 +133,22 @@ async def probe() -> dict[str, Any]:
         seen["cancelled"] = [waiting.cancelled(), list(exc.args)]
     seen["uncancel"] = waiting.uncancel()
     box: list[BaseException] = []
-    reraising = asyncio.create_task(reraise(box))
-    await asyncio.sleep(0.001)
+    started = asyncio.Event()
+    reraising = asyncio.create_task(reraise(box, started))
+    await started.wait()
     reraising.cancel("again")
     try:
         await reraising
     except asyncio.CancelledError as exc:
         seen["same_cancelled_error"] = exc is box[0]
-    resetting = asyncio.create_task(reset_after_cancel())
-    await asyncio.sleep(0.001)
+    started = asyncio.Event()
+    resetting = asyncio.create_task(reset_after_cancel(started))
+    await started.wait()
     resetting.cancel()
     seen["context_after_cancel"] = await resetting
-    outer_task = asyncio.create_task(outer())
-    await asyncio.sleep(0.001)
+    started = asyncio.Event()
+    outer_task = asyncio.create_task(outer(started))
+    await started.wait()
     outer_task.cancel()
     seen["swallowed"] = [await outer_task, outer_task.cancelled(), outer_task.cancelling()]
     failing = asyncio.create_task(boom())
