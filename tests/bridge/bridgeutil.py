@@ -55,6 +55,7 @@ REQUIRED_COUNTERS = (
     "deferred_resumes",
     "budget_exhaustions",
     "tasks_made",
+    "first_drives_after",
 )
 
 Main = Callable[["ferrule.Bridge"], Awaitable[Any]]

@@ -87,12 +87,17 @@ def test_background_tasks_are_cancelled_at_shutdown_without_delaying_it(
     wait_for_event(events, "lifespan-background-cancelled")
 
 
-def test_first_steps_keep_their_order_with_the_loops_callbacks(run) -> None:
+@pytest.mark.parametrize("resumed", [False, True], ids=["first-drive", "resumed"])
+def test_first_steps_keep_their_order_with_the_loops_callbacks(run, resumed: bool) -> None:
     """Rule: tasks made by a coroutine the bridge drives take their first steps in the order
     they were made, and in order with callbacks scheduled between them, as asyncio's queue
-    orders them, whether the first step runs on the loop or right after the drive on the
-    tokio thread (done when nothing else was waiting for the loop). Broken if every task made
-    during a tokio drive ran after it: ``c`` before the callback ``b``."""
+    orders them, whether the first step runs as a loop callback or right after the drive (on
+    the tokio thread, or in the loop callback that drove: done when nothing else was waiting
+    for the loop). Made in a resumed drive, which on the loop thread is a bridge callback,
+    the first task takes that shortcut. Broken if every task made during a drive ran after it:
+    ``c`` before the callback ``b``; with the shortcut taken only by tokio drives, uvloop's
+    ``resumed`` case counted no ``first_drives_after`` (asyncio's bridge here is gated, and
+    its resumed drives are tokio drives)."""
 
     async def step(name: str, order: list[str]) -> None:
         order.append(name)
@@ -100,6 +105,8 @@ def test_first_steps_keep_their_order_with_the_loops_callbacks(run) -> None:
     async def driven() -> list[str]:
         order: list[str] = []
         loop = asyncio.get_running_loop()
+        if resumed:
+            await asyncio.sleep(0)
         first = asyncio.create_task(step("a", order))
         loop.call_soon(order.append, "b")
         last = asyncio.create_task(step("c", order))
@@ -109,4 +116,7 @@ def test_first_steps_keep_their_order_with_the_loops_callbacks(run) -> None:
     async def main(bridge: ferrule.Bridge) -> list[list[str]]:
         return [await bridge.spawn(driven()) for _ in range(20)]
 
-    assert run(main, task_factory=True).result == [["a", "b", "c"]] * 20
+    outcome = run(main, task_factory=True)
+    assert outcome.result == [["a", "b", "c"]] * 20
+    if resumed:
+        assert outcome.counters["first_drives_after"] >= 20, outcome.counters

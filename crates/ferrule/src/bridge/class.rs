@@ -20,6 +20,7 @@ use super::gate::LoopGate;
 use super::job::{CancelJobWithFuture, Completion, Job, Resume};
 use super::native::{NativeFuture, ResumeVia};
 use super::queue::ReadyQueue;
+use super::ready;
 use super::selector::GatedSelector;
 use super::shared::{Mode, Shared};
 use super::trace::{self, Trace};
@@ -85,6 +86,9 @@ impl Bridge {
             return Err(PyValueError::new_err("worker_threads must be at least 1"));
         }
         let api = AsyncioApi::new(py, &event_loop)?;
+        // Only ever read to take a shortcut that is taken only when it is known to be safe: a
+        // loop whose queue cannot be probed goes without it.
+        let ready_callbacks = ready::ready_queue(&event_loop).ok().flatten();
         let ready = event_loop.getattr_opt(intern!(py, "_ready"))?;
         let scheduled = event_loop.getattr_opt(intern!(py, "_scheduled"))?;
         let selector = event_loop.getattr_opt(intern!(py, "_selector"))?;
@@ -140,6 +144,7 @@ impl Bridge {
             mode,
             budget,
             api,
+            ready_callbacks: ready_callbacks.map(Bound::unbind),
             ready: ready.map(Bound::unbind),
             scheduled: scheduled.map(Bound::unbind),
             queue: ReadyQueue::default(),
@@ -149,7 +154,7 @@ impl Bridge {
             trace: Trace::new(trace),
             jobs: Mutex::new(HashMap::default()),
             app_tasks: Mutex::new(HashMap::default()),
-            tokio_next: Mutex::new(std::collections::VecDeque::new()),
+            next_first_drives: Mutex::new(std::collections::VecDeque::new()),
             loop_exit: Mutex::new(None),
             loop_exit_set: AtomicBool::new(false),
             next_id: AtomicU64::new(1),

@@ -55,6 +55,8 @@ counters! {
     budget_exhaustions,
     /// `DriverTask`s built; every other coroutine's task was a finished one reused.
     tasks_made,
+    /// App-made tasks whose first drive followed the drive that made them, not a loop callback.
+    first_drives_after,
 }
 
 #[inline]

@@ -24,12 +24,15 @@ use super::native::NativeFuture;
 use super::resume::ResumeCallback;
 use super::shared::Shared;
 
-/// App-made tasks one tokio drive may still take on after it (0: this thread holds no drive):
-/// a task that makes a task at every step must not keep the loop thread waiting for good.
-const TOKIO_FIRST_DRIVES: u32 = 16;
+/// App-made tasks one tokio drive or loop callback may still take on after its drives (0: this
+/// thread is in neither): a task that makes a task at every step must not keep the loop, or
+/// what else is ready, waiting for good.
+const FIRST_DRIVES: u32 = 16;
 
 thread_local! {
     static FIRST_DRIVES_LEFT: Cell<u32> = const { Cell::new(0) };
+    /// Whether this thread is inside `Shared::with_first_drives`, which does not nest.
+    static IN_FIRST_DRIVES_WINDOW: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Which thread is driving: decides how a coroutine that must wait for the loop is rescheduled.
@@ -354,10 +357,11 @@ impl Shared {
     }
 
     /// Schedules an app-made task's first drive, as `Task.__init__` schedules its first step.
-    /// Made during a tokio drive while nothing waits for the loop (its ready queue and ours
-    /// empty), that step would be the loop's next callback: it runs on this thread right
-    /// after the drive instead, sparing the loop a wake-up and an iteration. Anything
-    /// scheduled after it still runs after it.
+    /// Made during a tokio drive or a loop-thread callback while nothing waits for the loop
+    /// (its ready callbacks and our queue empty), that step would be the loop's next callback:
+    /// it runs on this thread right after the drives of the drive or callback instead, sparing
+    /// the loop an iteration (and a tokio thread's drive, a wake-up). Anything scheduled after
+    /// it still runs after it.
     /// Otherwise `first_drive` (a `FirstDrive`'s bound `drive`) is called with the job.
     pub(super) fn schedule_first_drive(
         self: &Arc<Self>,
@@ -368,7 +372,11 @@ impl Shared {
         let left = FIRST_DRIVES_LEFT.with(Cell::get);
         if left > 0 && self.loop_has_nothing_ready(py) {
             FIRST_DRIVES_LEFT.with(|cell| cell.set(left - 1));
-            self.tokio_next.lock().unwrap().push_back(job.unbind());
+            bump(&self.counters.first_drives_after);
+            self.next_first_drives
+                .lock()
+                .unwrap()
+                .push_back(job.unbind());
             return Ok(());
         }
         job.get().mark_resumable(self.trace.mark());
@@ -376,8 +384,29 @@ impl Shared {
         Ok(())
     }
 
-    fn take_tokio_next(&self) -> Option<Py<Job>> {
-        self.tokio_next.lock().unwrap().pop_front()
+    /// Runs `drives`, the drives of one tokio drive or loop-thread callback, then the first
+    /// drives of the app-made tasks they made that would have been the loop's next callbacks
+    /// (see `schedule_first_drive`), and of those these make in turn, up to `FIRST_DRIVES`.
+    /// Within a callback already in such a window, only runs `drives`.
+    pub(super) fn with_first_drives(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        place: Place,
+        drives: impl FnOnce(),
+    ) {
+        if IN_FIRST_DRIVES_WINDOW.with(|inside| inside.replace(true)) {
+            drives();
+            return;
+        }
+        FIRST_DRIVES_LEFT.with(|left| left.set(FIRST_DRIVES));
+        drives();
+        loop {
+            let next = self.next_first_drives.lock().unwrap().pop_front();
+            let Some(next) = next else { break };
+            drive(py, self, next.bind(py), Resume::Send(py.None()), place);
+        }
+        FIRST_DRIVES_LEFT.with(|left| left.set(0));
+        IN_FIRST_DRIVES_WINDOW.with(|inside| inside.set(false));
     }
 
     /// On the loop thread: run the job's next step in a later loop iteration.
@@ -435,18 +464,9 @@ impl Shared {
             return;
         }
         let (ready_before, scheduled_before) = self.loop_queue_marks(py);
-        FIRST_DRIVES_LEFT.with(|left| left.set(TOKIO_FIRST_DRIVES));
-        drive(py, self, job, resume, Place::Tokio);
-        while let Some(next) = self.take_tokio_next() {
-            drive(
-                py,
-                self,
-                next.bind(py),
-                Resume::Send(py.None()),
-                Place::Tokio,
-            );
-        }
-        FIRST_DRIVES_LEFT.with(|left| left.set(0));
+        self.with_first_drives(py, Place::Tokio, || {
+            drive(py, self, job, resume, Place::Tokio);
+        });
         let (ready_after, scheduled_after) = self.loop_queue_marks(py);
         self.queue.end_tokio_drive();
         // A coroutine that completed without touching asyncio leaves both unchanged: no wake.
@@ -455,6 +475,18 @@ impl Shared {
         if loop_has_new_work || !self.queue.is_empty() {
             self.wake();
         }
+    }
+
+    /// `drive_on_loop` as the whole of a loop callback of the bridge's (`ResumeCallback`,
+    /// `FirstDrive`): nothing else of the callback runs after the drive, so the tasks it made
+    /// may take their first drives right after it.
+    pub(super) fn drive_in_loop_callback(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        job: &Bound<'_, Job>,
+        resume: Resume,
+    ) {
+        self.with_first_drives(py, Place::Loop, || self.drive_on_loop(py, job, resume));
     }
 
     /// The loop thread wants to drive `job` from one of the bridge's callbacks.

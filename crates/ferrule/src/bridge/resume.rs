@@ -57,7 +57,7 @@ impl ResumeCallback {
                 None => return Ok(()),
             },
         };
-        shared.drive_on_loop(py, job, resume);
+        shared.drive_in_loop_callback(py, job, resume);
         shared.raise_loop_exit()
     }
 }
@@ -84,7 +84,7 @@ impl FirstDrive {
     fn drive(&self, py: Python<'_>, job: Bound<'_, Job>) -> PyResult<()> {
         let shared = &self.shared;
         bump(&shared.counters.gil_acquisitions);
-        shared.drive_on_loop(py, &job, Resume::Send(py.None()));
+        shared.drive_in_loop_callback(py, &job, Resume::Send(py.None()));
         shared.raise_loop_exit()
     }
 }

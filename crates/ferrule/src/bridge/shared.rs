@@ -56,6 +56,9 @@ pub struct Shared {
     /// `loop._ready` and `loop._scheduled`, where the loop has them (not uvloop).
     pub(super) ready: Option<Py<PyAny>>,
     pub(super) scheduled: Option<Py<PyAny>>,
+    /// The loop's ready callbacks, uvloop's too where they could be found (see `ready`): read
+    /// for whether anything waits for the loop.
+    pub(super) ready_callbacks: Option<Py<PyAny>>,
     pub(crate) queue: ReadyQueue,
     pub(crate) gate: LoopGate,
     pub(crate) waker: Arc<LoopWaker>,
@@ -65,9 +68,9 @@ pub struct Shared {
     /// The task factory's jobs, apart: no request waits on them, and shutdown leaves them to
     /// the loop's own cancellation of its tasks (they are in `all_tasks()`).
     pub(super) app_tasks: Mutex<HashMap<u64, Py<Job>, BuildHasherDefault<JobIdHasher>>>,
-    /// App-made tasks whose first drive follows the current tokio drive on its thread, in the
-    /// order they were made (see `Shared::schedule_first_drive`).
-    pub(super) tokio_next: Mutex<VecDeque<Py<Job>>>,
+    /// App-made tasks whose first drive follows the drives of the current tokio drive or loop
+    /// callback on its thread, in the order they were made (see `Shared::schedule_first_drive`).
+    pub(super) next_first_drives: Mutex<VecDeque<Py<Job>>>,
     /// A `KeyboardInterrupt` or `SystemExit` an app-made task ended with: the loop thread's
     /// next bridge callback raises it out of the loop, as `Task.__step` does.
     pub(super) loop_exit: Mutex<Option<PyErr>>,
@@ -313,9 +316,10 @@ impl Shared {
         }
     }
 
-    /// Nothing waits in `loop._ready` or in the ready queue (false on a loop without `_ready`).
+    /// Nothing waits in the loop's ready callbacks or in the ready queue (false on a loop whose
+    /// ready callbacks could not be found).
     pub(crate) fn loop_has_nothing_ready(&self, py: Python<'_>) -> bool {
-        let ready_empty = match &self.ready {
+        let ready_empty = match &self.ready_callbacks {
             Some(ready) => ready.bind(py).len().is_ok_and(|n| n == 0),
             None => false,
         };
