@@ -95,9 +95,10 @@ def test_first_steps_keep_their_order_with_the_loops_callbacks(run, resumed: boo
     the tokio thread, or in the loop callback that drove: done when nothing else was waiting
     for the loop). Made in a resumed drive, which on the loop thread is a bridge callback,
     the first task takes that shortcut. Broken if every task made during a drive ran after it:
-    ``c`` before the callback ``b``; with the shortcut taken only by tokio drives, uvloop's
-    ``resumed`` case counted no ``first_drives_after`` (asyncio's bridge here is gated, and
-    its resumed drives are tokio drives)."""
+    ``c`` before the callback ``b``; with the shortcut taken only by tokio drives, or with
+    uvloop's queue of ready callbacks not found, uvloop's ``resumed`` case counted no
+    ``first_drives_after`` (asyncio's bridge here is gated, and its resumed drives are tokio
+    drives)."""
 
     async def step(name: str, order: list[str]) -> None:
         order.append(name)
