@@ -86,10 +86,13 @@ impl Bridge {
             return Err(PyValueError::new_err("worker_threads must be at least 1"));
         }
         let api = AsyncioApi::new(py, &event_loop)?;
+        let ready = event_loop.getattr_opt(intern!(py, "_ready"))?;
         // Only ever read to take a shortcut that is taken only when it is known to be safe: a
         // loop whose queue cannot be probed goes without it.
-        let ready_callbacks = ready::ready_queue(&event_loop).ok().flatten();
-        let ready = event_loop.getattr_opt(intern!(py, "_ready"))?;
+        let ready_callbacks = match &ready {
+            Some(ready) => Some(ready.clone()),
+            None => ready::hidden_ready_queue(&event_loop).ok().flatten(),
+        };
         let scheduled = event_loop.getattr_opt(intern!(py, "_scheduled"))?;
         let selector = event_loop.getattr_opt(intern!(py, "_selector"))?;
         let gateable = selector.is_some() && ready.is_some() && scheduled.is_some();

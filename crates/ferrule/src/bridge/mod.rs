@@ -6,7 +6,7 @@
 //! In layers, each file using only those above it in this list:
 //! - `ffi`: the only `unsafe`; `counters`: what the bridge counts; `trace`: its latency
 //!   histograms; `context`: `RequestContext`, the contextvars each request runs in; `ready`:
-//!   finding the loop's queue of ready callbacks (uvloop's too);
+//!   finding uvloop's queue of ready callbacks, which Python cannot name;
 //! - `asyncio`: cached asyncio callables and the per-coroutine `DriverTask`;
 //! - `job`: one driven coroutine (context, task identity, what it waits on, its completion);
 //! - `queue`: `ReadyQueue` and the `tokio_driving` flag; `gate`: `LoopGate`, whether the loop

@@ -1,22 +1,21 @@
-//! The loop's queue of ready callbacks, read only for its length: whether anything waits to run
-//! before a callback scheduled now would. asyncio's selector loop keeps it as `loop._ready`;
-//! uvloop keeps the same kind of deque, which Python cannot name, among the objects the loop
-//! holds.
+//! uvloop's queue of ready callbacks, read only for its length: whether anything waits to run
+//! before a callback scheduled now would. asyncio's selector loop names it `loop._ready`; uvloop
+//! keeps the same kind of deque, which Python cannot name, among the objects the loop holds.
 
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-/// The deque of `event_loop`'s ready callbacks, or `None` if it cannot be found for sure.
+/// The deque of ready callbacks of a loop without `_ready` (uvloop), or `None` if it cannot be
+/// found for sure.
 ///
-/// A loop without `_ready` (uvloop) is asked for what it references (`gc.get_referents`, its
-/// own traversal); the one deque there that a `call_soon` appends to is its queue. The probe's
-/// handle is taken out again at once, so nothing of it runs.
-pub fn ready_queue<'py>(event_loop: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+/// The loop is asked for what it references (`gc.get_referents`, its own traversal); the one
+/// deque there that a `call_soon` appends to is its queue. The probe's handle is taken out
+/// again at once, so nothing of it runs.
+pub fn hidden_ready_queue<'py>(
+    event_loop: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
     let py = event_loop.py();
-    if let Some(ready) = event_loop.getattr_opt(intern!(py, "_ready"))? {
-        return Ok(Some(ready));
-    }
     let deque = py.import("collections")?.getattr("deque")?;
     let referents = py
         .import("gc")?

@@ -56,8 +56,8 @@ pub struct Shared {
     /// `loop._ready` and `loop._scheduled`, where the loop has them (not uvloop).
     pub(super) ready: Option<Py<PyAny>>,
     pub(super) scheduled: Option<Py<PyAny>>,
-    /// The loop's ready callbacks, uvloop's too where they could be found (see `ready`): read
-    /// for whether anything waits for the loop.
+    /// The loop's ready callbacks: `ready`, or uvloop's where they could be found (see the
+    /// `ready` module); read for whether anything waits for the loop.
     pub(super) ready_callbacks: Option<Py<PyAny>>,
     pub(crate) queue: ReadyQueue,
     pub(crate) gate: LoopGate,
