@@ -11,7 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from serverutil import ServerProcess, free_port, is_clean_exit, poll
+from serverutil import (
+    STARTUP_TIMEOUT,
+    WAIT_TIMEOUT,
+    ServerProcess,
+    free_port,
+    is_clean_exit,
+    poll,
+)
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -27,10 +34,18 @@ def _quickstart() -> tuple[list[str], list[str]]:
 
 
 def _serve_and_ask(argv: list[str], cwd: Path) -> None:
+    # The parent prints its running line before its workers import the app; on a loaded
+    # machine four FastAPI imports outlast any fixed wait, so ask once every worker is ready.
+    workers = int(argv[argv.index("--workers") + 1]) if "--workers" in argv else 1
     server = ServerProcess(argv, cwd=cwd)
     try:
-        server.wait_running(30)
-        response = poll(lambda: server.get("/"), timeout=10)
+        server.wait_running(STARTUP_TIMEOUT)
+        poll(
+            lambda: server.stderr.count("Application startup complete.") >= workers,
+            timeout=STARTUP_TIMEOUT * 2,
+            what=f"{workers} workers' startup",
+        )
+        response = poll(lambda: server.get("/"), timeout=WAIT_TIMEOUT)
         assert response.json() == {"message": "Hello from ferrule"}, server.describe()
         code = server.stop(signal.SIGINT)
         assert is_clean_exit(code), server.describe()
