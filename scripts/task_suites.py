@@ -38,6 +38,8 @@ SUITES = [
 HOOK = Path(__file__).resolve().parent / "task_suites"
 # Seconds one suite may take: the longest, test_tasks, takes about 25 s at load 4.
 SUITE_TIMEOUT = 180.0
+# Runs alone a test that failed with the factory (and not with stock Task) gets to pass.
+RERUNS = 3
 # unittest's verbose lines: "name (id) ... ok", or with a docstring, "name (id)" and then
 # "first docstring line ... ok".
 HEAD = re.compile(r"^\S+ \(([\w.]+)\)")
@@ -209,13 +211,19 @@ def main() -> int:
         # first, and a test that fails with both is the harness's on this loop, not the factory's.
         stock, _ = run_suites(args, stock=True, only=sorted(failed))
         baseline = failures(stock) & failed
-    if failed - baseline:
-        # Timing tests fail now and then under load with either Task (two timers at one
-        # deadline on uvloop): a test that passes when run again alone is reported, not failed.
+    # Timing tests fail now and then under load with either Task (two timers at one deadline on
+    # uvloop fail about one run in five beside a wheel build): a test that passes in one of a few
+    # runs alone is reported, not failed. A factory bug fails every run.
+    for attempt in range(1, RERUNS + 1):
+        if not failed - baseline:
+            break
         again, _ = run_suites(args, stock=False, only=sorted(failed - baseline))
         for name in sorted(failed - baseline - failures(again)):
             if again.get(name) == "ok":
-                print(f"  {outcomes[name]} with the factory, then passed run again alone: {name}")
+                print(
+                    f"  {outcomes[name]} with the factory, then passed run again alone "
+                    f"(run {attempt} of {RERUNS}): {name}"
+                )
                 failed.discard(name)
     for name in sorted(failed - baseline):
         print(f"  {outcomes[name]} with the factory only: {name}")
