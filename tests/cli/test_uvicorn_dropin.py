@@ -88,7 +88,7 @@ def test_app_logging_to_uvicorn_error_is_printed() -> None:
     own lines are. Broken: nothing printed (an INFO record reached no handler)."""
     with running_server("dropin_apps:logs_to_uvicorn") as srv:
         assert srv.get("/").text == "logged"
-        srv.wait_for_output(r"INFO: +app says hello through uvicorn.error", 5)
+        srv.wait_for_output(r"INFO: +app says hello through uvicorn.error")
 
 
 def test_a_log_config_for_uvicorn_loggers_formats_ferrules_lines(tmp_path: Path) -> None:
@@ -109,7 +109,7 @@ def test_a_log_config_for_uvicorn_loggers_formats_ferrules_lines(tmp_path: Path)
     path.write_text(json.dumps(config))
     with running_server("hello_app:app", "--log-config", str(path)) as srv:
         srv.get("/")
-        srv.wait_for_output(r'UVCONF INFO .*"GET / HTTP/1.1" 200', 5)
+        srv.wait_for_output(r'UVCONF INFO .*"GET / HTTP/1.1" 200')
     assert re.search(r"^UVCONF INFO ferrule running on", srv.stderr, re.M), srv.describe()
 
 
@@ -217,10 +217,10 @@ def test_log_level_trace_logs_asgi_messages() -> None:
     with running_server("hello_app:app", "--log-level", "trace") as srv:
         srv.get("/")
         sent = r"TRACE: +(\S+ - )?ASGI \[\d+\] Send \{'type': 'http.response.start'"
-        srv.wait_for_output(sent, 5)
+        srv.wait_for_output(sent)
         assert re.search(r"ASGI \[\d+\] Started scope=\{.*'path': '/'", srv.stderr)
         # Logged once the app has returned, a moment after the response went out.
-        srv.wait_for_output(r"ASGI \[\d+\] Completed", 5)
+        srv.wait_for_output(r"ASGI \[\d+\] Completed")
     with running_server("hello_app:app", "--log-level", "info") as srv:
         srv.get("/")
     assert "ASGI [" not in srv.stderr, srv.describe()
@@ -245,7 +245,7 @@ def test_log_level_trace_logs_connections_as_uvicorn() -> None:
             "WebSocket connection made",
             "WebSocket connection lost",
         ):
-            srv.wait_for_output(rf"TRACE: +127\.0\.0\.1:\d+ - {line}", 5)
+            srv.wait_for_output(rf"TRACE: +127\.0\.0\.1:\d+ - {line}")
         assert re.search(r"TRACE: +127\.0\.0\.1:\d+ - ASGI \[\d+\] Started", srv.stderr)
     with running_server("hello_app:app", "--log-level", "debug") as srv:
         srv.get("/")

@@ -91,8 +91,8 @@ def test_fastapi_background_tasks(fastapi_server: ServerProcess) -> None:
             r = client.get(f"/results/{name}")
             return r.json() if r.status_code == 200 else None
 
-        done = poll(lambda: result(key), timeout=5, what="the async background task")
-        sync_done = poll(lambda: result(key + "-sync"), timeout=5, what="the sync task")
+        done = poll(lambda: result(key), what="the async background task")
+        sync_done = poll(lambda: result(key + "-sync"), what="the sync task")
     assert done["at"] >= responded_at
     assert sync_done["thread"].startswith("AnyIO worker thread")
 

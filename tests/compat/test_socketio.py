@@ -170,6 +170,6 @@ def test_clean_stop_after_clients_came_and_went(tmp_path: Path, loop: str, sig: 
             client.emit("ticks", 2)
             received.wait_for("tick", 2)
             client.disconnect()  # waits for the pending long-poll: at most 3 s here
-        poll(lambda: len(server_state(srv)["disconnected"]) == 2, timeout=5)
+        poll(lambda: len(server_state(srv)["disconnected"]) == 2)
         stop_cleanly(srv, sig)
     assert logged_events(srv) == ["socketio startup", "socketio shutdown"]

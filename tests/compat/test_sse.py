@@ -83,6 +83,6 @@ def test_clean_stop_after_streams(tmp_path: Path, loop: str, sig: int) -> None:
             assert len(parse_sse(client.get("/events", params={"n": 3}).text)) == 3
         key = uuid.uuid4().hex
         read_endless(srv, key, 2)
-        poll(lambda: srv.get(f"/feeds/{key}").json()["state"] == "closed", timeout=3)
+        poll(lambda: srv.get(f"/feeds/{key}").json()["state"] == "closed")
         stop_cleanly(srv, sig)
     assert logged_events(srv) == ["sse startup", "sse shutdown"]

@@ -183,12 +183,12 @@ def test_abandoned_uploads_on_300_connections_hold_under_32_mib(server: ServerPr
     try:
         for sock in socks:
             sock.sendall(head + b"u" * 16384)
-        poll(lambda: gauge(server, "upload")["now"] >= 300, timeout=5, what="300 uploads")
+        poll(lambda: gauge(server, "upload")["now"] >= 300, what="300 uploads")
         held = growth.held(timeout=2.0)
         check_serves_promptly(server)
     finally:
         close_all(socks)
-    poll(lambda: gauge(server, "upload")["now"] == 0, timeout=3, what="the app calls to end")
+    poll(lambda: gauge(server, "upload")["now"] == 0, what="the app calls to end")
     report("300 abandoned uploads of 1 GiB", held, 32 * MiB)
 
 

@@ -362,7 +362,7 @@ def test_abandoned_downloads_close_their_files(site: Site) -> None:
     with running_server(APP, "--static-path-mount", str(site.root)) as srv:
         holder = start_slow_download(srv, "big.bin")
         with holder:
-            opened = poll(lambda: descriptors_on(srv.pid, big), timeout=3, what="a descriptor")
+            opened = poll(lambda: descriptors_on(srv.pid, big), what="a descriptor")
             assert opened >= 1
         for index in range(30):
             with srv.raw() as conn:

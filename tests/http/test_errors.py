@@ -48,7 +48,7 @@ def test_exception_before_start_gives_500_and_traceback(server: ServerProcess) -
     tok = token()
     response = server.get("/raise-before", params={"token": tok})
     assert response.status_code == 500
-    log = server.wait_for_output(rf"RuntimeError: failure before start {tok}", timeout=5)
+    log = server.wait_for_output(rf"RuntimeError: failure before start {tok}")
     before = server.stderr[: log.end()]
     assert "Traceback (most recent call last)" in before, before[-3000:]
     assert "errors_app.py" in before, f"the traceback has no frame of the app\n{before[-3000:]}"
@@ -64,7 +64,7 @@ def test_exception_after_start_closes_connection(server: ServerProcess) -> None:
     flush ahead of the body error: the client got 0 bytes, then the close."""
     tok = token()
     assert_cut_after_partial(received_until_close(server, f"/raise-after?token={tok}"))
-    server.wait_for_output(rf"failure after start {tok}", timeout=5)
+    server.wait_for_output(rf"failure after start {tok}")
     still_serving(server)
 
 
@@ -77,7 +77,7 @@ def test_return_mid_body_sends_what_was_sent_then_closes(server: ServerProcess) 
     hyper was given a flush ahead of the body error: 0 bytes."""
     log_before = len(server.stderr)
     assert_cut_after_partial(received_until_close(server, "/return-after"))
-    server.wait_for_output("ASGI callable returned without completing response.", timeout=5)
+    server.wait_for_output("ASGI callable returned without completing response.")
     assert server.stderr.count("returned without completing", log_before) == 1
     still_serving(server)
 
@@ -91,7 +91,7 @@ def test_exception_after_start_with_content_length_closes(server: ServerProcess)
     head, _, body = received.partition(b"\r\n\r\n")
     if head.startswith(b"HTTP/1.1 200"):
         assert len(body) < 100, received[:300]
-    server.wait_for_output(rf"failure after start {tok}", timeout=5)
+    server.wait_for_output(rf"failure after start {tok}")
 
 
 def test_return_without_response_gives_500(server: ServerProcess) -> None:
@@ -158,9 +158,9 @@ def test_app_raising_before_returning_a_coroutine_gives_500_and_traceback() -> N
     with running_server("sync_raise_app:app") as srv:
         for _ in range(2):
             assert srv.get("/").status_code == 500
-        srv.wait_for_output(r'"GET / HTTP/1.1" 500', timeout=5, stream="stdout")
+        srv.wait_for_output(r'"GET / HTTP/1.1" 500', stream="stdout")
         # Another pipe: the traceback may be read after the access line.
-        srv.wait_for_output("raised while calling the app", timeout=5)
+        srv.wait_for_output("raised while calling the app")
         log = srv.stderr
         assert "Exception in ASGI application" in log
         assert "ValueError: raised while calling the app" in log

@@ -113,7 +113,7 @@ def test_workers_max_rss_replaces_a_leaking_worker_with_no_failed_request() -> N
             log,
         )
         assert match and int(match.group(1)) > 120, log
-        poll(lambda: not pid_alive(first), timeout=10, what="the replaced worker to exit")
+        poll(lambda: not pid_alive(first), what="the replaced worker to exit")
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -325,7 +325,7 @@ def test_running_line_is_logged_once_by_the_parent(tmp_path: Path, mode: str) ->
         else:
             first = poll(lambda: serving_pid(server)["pid"], what="the worker to answer")
             (tmp_path / "touched.py").write_text("# a change\n")
-            poll(lambda: serving_pid(server)["pid"] != first, timeout=10, what="a reloaded worker")
+            poll(lambda: serving_pid(server)["pid"] != first, what="a reloaded worker")
         time.sleep(0.3)
         lines = server.stderr.count("running on")
     assert lines == 1, server.describe()
@@ -431,7 +431,7 @@ def test_sigttin_and_sigttou_change_the_number_of_workers() -> None:
         collect_workers(server, WORKERS)
         os.kill(server.pid, signal.SIGTTIN)
         collect_workers(server, WORKERS + 1)
-        poll(lambda: len(worker_children(server.pid)) == 3, timeout=10, what="three workers")
+        poll(lambda: len(worker_children(server.pid)) == 3, what="three workers")
         # One signal at a time, each seen done: two sent before the parent runs are one.
         for left in (2, 1):
             os.kill(server.pid, signal.SIGTTOU)
@@ -455,11 +455,11 @@ def test_workers_stop_when_their_parent_is_killed() -> None:
     supervisor)."""
     with running_server("workers_app:app", "--workers", "2") as srv:
         # Both started: a slow machine may show one child before the second is forked.
-        children = poll(lambda: len(_children(srv.proc.pid)) == 2 or None, timeout=10)
+        children = poll(lambda: len(_children(srv.proc.pid)) == 2 or None)
         children = _children(srv.proc.pid)
         assert len(children) == 2, children
         os.kill(srv.proc.pid, signal.SIGKILL)
-        poll(lambda: not any(pid_alive(pid) for pid in children), timeout=15)
+        poll(lambda: not any(pid_alive(pid) for pid in children))
 
 
 def _children(pid: int) -> list[int]:

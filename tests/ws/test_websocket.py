@@ -460,7 +460,7 @@ def test_exception_before_accept_is_500(server: ServerProcess) -> None:
         assert ws.response.status == 500, (ws.response.raw_head, ws.response.body[:200])
     finally:
         ws.close()
-    server.wait_for_output(rf"ws failure before accept {tok}", timeout=5)
+    server.wait_for_output(rf"ws failure before accept {tok}")
     still_serving(server)
 
 
@@ -478,7 +478,7 @@ def test_exception_after_accept_closes_1011(server: ServerProcess) -> None:
 
     exc = run(scenario())
     assert close_code(exc) == 1011, f"expected a close frame with 1011: {exc!r}"
-    server.wait_for_output(rf"ws failure after accept {tok}", timeout=5)
+    server.wait_for_output(rf"ws failure after accept {tok}")
     still_serving(server)
 
 
