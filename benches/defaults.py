@@ -4,7 +4,7 @@ starts it, access log and all, and how much of ferrule's request its access line
     python3 benches/defaults.py                            # every row, 5 rounds of 5 s: ~6 minutes
     python3 benches/defaults.py --ferrule-path DIR         # ferrule imported from DIR first
     python3 benches/defaults.py --rounds 3 --seconds 5     # the "before" figure's run
-    python3 benches/defaults.py --rounds 1 --seconds 2     # a quick check that it all runs
+    python3 benches/defaults.py --rounds 1 --seconds 2 --instructions 0   # a quick check
     python3 benches/defaults.py --servers ferrule,ferrule-no-access-log
 
 GET /hello of benches/apps.py, one row per server and setting:
@@ -47,14 +47,21 @@ counted: lines per request answered (the readiness probe, the warm-up and the ro
 
 The goals (CPU per request): ferrule's defaults at least 1.5x granian's; with access logs on
 in all three, ferrule at least 3x granian and 5x uvicorn; the access line at most 10% of a
-ferrule request's CPU.
+ferrule request's CPU. Each goal gives the ratio of the medians and, beside it, the median of
+the ratios round by round (two runs of one round share that minute of the machine). Last, with
+the servers stopped, benches/instructions.sh counts ferrule's instructions per request with its
+access log off and on (--instructions N requests, about two minutes): the access line's share
+in a measure the machine's noise does not move.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
+import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -280,28 +287,89 @@ def section_table(names: tuple[str, ...], base: str, results: dict[str, Measured
     return lines
 
 
+def per_round(a: str, b: str, results, of, form) -> str:
+    """`of(a's CPU, b's CPU)` round by round, as `form` writes it: the machine's speed drifts
+    from one minute to the next, and the two runs of one round share their minute."""
+    ma, mb = results.get(a), results.get(b)
+    if len(ma.runs) != len(mb.runs) or len(ma.runs) < 2:  # a row that failed has fewer
+        return ""
+    values = sorted(of(x, y) for (_, x), (_, y) in zip(ma.runs, mb.runs, strict=True))
+    middle = statistics.median(values)
+    return f"; round by round {form(middle)} ({form(values[0])} to {form(values[-1])})"
+
+
+def _ratio(peer: float, ferrule: float) -> float:
+    return peer / ferrule
+
+
+def _share(logged: float, quiet: float) -> float:
+    return (logged - quiet) / logged
+
+
 def ratio_goal(what: str, peer: str, ferrule: str, goal: float, results) -> str:
     """`peer`'s CPU per request / `ferrule`'s, against `goal`."""
     p, f = cpu(results.get(peer)), cpu(results.get(ferrule))
     if not p or not f:
         return f"- {what}: not measured ({peer} or {ferrule} missing)"
     r = p / f
+    rounds = per_round(peer, ferrule, results, _ratio, lambda r: f"{r:.2f}x")
     return (
         f"- {what}: {peer} {p:,.1f} µs / {ferrule} {f:,.1f} µs = {r:.2f}x,"
-        f" goal >= {goal:g}x {verdict(r >= goal)}"
+        f" goal >= {goal:g}x {verdict(r >= goal)}{rounds}"
     )
 
 
 def share_goal(what: str, ferrule: str, results) -> str:
     """The access line's share of `ferrule`'s CPU per request: against --no-access-log."""
-    f, quiet = cpu(results.get(ferrule)), cpu(results.get("ferrule-no-access-log"))
+    quiet_row = "ferrule-no-access-log"
+    f, quiet = cpu(results.get(ferrule)), cpu(results.get(quiet_row))
     if not f or not quiet:
         return f"- {what}: not measured ({ferrule} or ferrule-no-access-log missing)"
     share = (f - quiet) / f
+    rounds = per_round(ferrule, quiet_row, results, _share, lambda r: f"{r:.1%}")
     return (
         f"- {what}: ({ferrule} {f:,.1f} µs - ferrule-no-access-log {quiet:,.1f} µs)"
-        f" / {f:,.1f} µs = {share:.1%}, goal <= 10% {verdict(share <= 0.10)}"
+        f" / {f:,.1f} µs = {share:.1%}, goal <= 10% {verdict(share <= 0.10)}{rounds}"
     )
+
+
+def instructions(args) -> list[str]:
+    """ferrule's user-space instructions per hello request with the access log off and on
+    (benches/instructions.sh, callgrind): unlike CPU time, the same from one minute to the next,
+    so the access line's share it gives does not drift with the machine."""
+    if not args.instructions:
+        return ["not measured (--instructions 0)"]
+    missing = [tool for tool in ("valgrind", "h2load") if shutil.which(tool) is None]
+    if missing:
+        return [f"not measured ({', '.join(missing)} not installed)"]
+    script = BENCH_DIR / "instructions.sh"
+    where = ["--ferrule-path", str(args.ferrule_path)] if args.ferrule_path else []
+    counts = {}
+    for label, options in (("off", ""), ("on", "--access-log")):
+        command = ["bash", str(script), *where, "uvloop", PATH, str(args.instructions)]
+        log(f"instructions, access log {label}: {shlex.join(command)}")
+        done = subprocess.run(
+            command,
+            env={**os.environ, "FERRULE_ARGS": options},
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        found = re.search(r"(\d+) Ir/request", done.stdout)
+        if not found:
+            return [f"not measured (instructions.sh failed: {done.stderr.strip()[-300:]})"]
+        counts[label] = int(found.group(1))
+    off, on = counts["off"], counts["on"]
+    return [
+        f"`FERRULE_ARGS=OPTION benches/instructions.sh uvloop {PATH} {args.instructions}`"
+        " (--ferrule-path as above), ferrule's own process, user space:",
+        "",
+        f"- `--no-access-log`: {off:,} instructions a request",
+        f"- `--access-log` (the default): {on:,} instructions a request",
+        f"- the access line's share: ({on:,} - {off:,}) / {on:,} = {(on - off) / on:.1%},"
+        f" goal <= 10% {verdict((on - off) / on <= 0.10)}",
+    ]
 
 
 def goals(results: dict[str, Measured]) -> list[str]:
@@ -379,6 +447,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2, help="warm-up seconds per row (default 2)")
     p.add_argument("--connections", type=int, default=50, help="wrk -c (default 50)")
     p.add_argument("--ferrule-path", type=Path, help="import ferrule from this directory")
+    p.add_argument(
+        "--instructions",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="hello requests counted under callgrind after the rounds (default 2000; 0: skip)",
+    )
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="for defaults-*.md")
     return p.parse_args(argv)
 
@@ -420,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         if picked:
             lines += ["", f"## {title}", "", *section_table(picked, base, results)]
     lines += ["", "## Goals (CPU per request)", "", *goals(results)]
+    lines += ["", "## The access line in instructions", "", *instructions(args)]
     if failures:
         lines += ["", "Failures:", "", *(f"- {f}" for f in failures)]
     write_report(args.out, f"defaults-{stamp}.md", lines)
