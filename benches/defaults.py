@@ -18,6 +18,9 @@ GET /hello of benches/apps.py, one row per server and setting:
     ferrule-pipe, uvicorn-pipe, granian-access-log-pipe
                              the same, stdout (and stderr) a pipe read by another process
     ferrule-no-access-log    ferrule apps:app --port P --no-access-log  (the reference)
+    ferrule-rust             the same with --rust-hello-route /hello: answered in Rust, the app
+                             never called; granian's CPU over this row's is the most any
+                             ferrule could reach on this machine
     ferrule-asyncio, uvicorn-plain, granian-asyncio
                              each as a plain `pip install` runs it: --loop asyncio (uvicorn
                              also --http h11), since uvloop is not there to be picked
@@ -33,7 +36,7 @@ container runtime reads a container's stdout. The report's four sections:
     2. access logs on in all 3    ferrule, uvicorn, granian-access-log
     3. the same, stdout a pipe    ferrule-pipe, uvicorn-pipe, granian-access-log-pipe
     4. reference                  ferrule-no-access-log: (ferrule - this) / ferrule is the access
-                                  line's share of a ferrule request's CPU
+                                  line's share of a ferrule request's CPU; ferrule-rust: the limit
     5. a plain pip install        ferrule-asyncio, uvicorn-plain, granian-asyncio: each server as
                                   it runs without uvloop (uvicorn also without httptools)
 
@@ -120,6 +123,8 @@ ROWS = [
     Row("uvicorn-pipe", UVICORN, logs=True, stdout="pipe"),
     Row("granian-access-log-pipe", GRANIAN + " --access-log", logs=True, stdout="pipe"),
     Row("ferrule-no-access-log", FERRULE + " --no-access-log", logs=False),
+    # The HTTP stack and the kernel alone: /hello answered in Rust, the app never called.
+    Row("ferrule-rust", FERRULE + " --no-access-log --rust-hello-route /hello", logs=False),
     # What a plain `pip install` of each gives: no uvloop (and for uvicorn no httptools).
     Row("ferrule-asyncio", FERRULE + " --loop asyncio", logs=True),
     Row("uvicorn-plain", UVICORN + " --loop asyncio --http h11", logs=True),
@@ -145,8 +150,9 @@ SECTIONS = [
         "ferrule-pipe",
     ),
     (
-        "4. Reference: ferrule --no-access-log (what the access log costs is the difference)",
-        ("ferrule", "ferrule-no-access-log"),
+        "4. Reference: ferrule --no-access-log (what the access log costs is the difference),"
+        " and the Rust-only route (what the HTTP stack and the kernel cost, no Python)",
+        ("ferrule", "ferrule-no-access-log", "ferrule-rust"),
         "ferrule",
     ),
     (
@@ -372,9 +378,22 @@ def instructions(args) -> list[str]:
     ]
 
 
+def limit(results: dict[str, Measured]) -> list[str]:
+    """What the defaults goal is measured against: granian over the Rust-only route."""
+    p, r = cpu(results.get("granian")), cpu(results.get("ferrule-rust"))
+    if not p or not r:
+        return []
+    rounds = per_round("granian", "ferrule-rust", results, _ratio, lambda r: f"{r:.2f}x")
+    return [
+        f"- the limit: granian {p:,.1f} µs / ferrule-rust {r:,.1f} µs = {p / r:.2f}x{rounds}:"
+        " what ferrule's defaults would reach if Python and the bridge cost nothing",
+    ]
+
+
 def goals(results: dict[str, Measured]) -> list[str]:
     return [
         ratio_goal("defaults: ferrule at least 1.5x granian", "granian", "ferrule", 1.5, results),
+        *limit(results),
         ratio_goal(
             "access logs on in all three: ferrule at least 3x granian",
             "granian-access-log",
