@@ -13,12 +13,15 @@ import pytest
 from serverutil import ServerProcess, fetch_record, running_server, start_server
 from websockets.exceptions import ConnectionClosed
 from wsutil import (
+    OP_BINARY,
+    OP_CONT,
     close_code,
     closed_by_server,
     handshake_request,
     raw_handshake,
     recv,
     run,
+    upgraded,
     ws_connect,
 )
 
@@ -180,3 +183,26 @@ def test_a_fragmented_message_over_the_limit_gets_its_1009_to_the_client() -> No
             return -1
 
         assert [run(scenario()) for _ in range(REPEATS)] == [1009] * REPEATS
+
+
+def test_a_client_that_pauses_mid_message_over_the_limit_still_gets_its_1009() -> None:
+    """Rule: once it has closed with 1009 for a message over ``--ws-max-size``, the server
+    reads what the client still sends until the client closes: a client that stalls between
+    fragments (as a client on a loaded machine does) and then sends on is not reset, and reads
+    the 1009. Broken: the server stopped reading after 100 ms of quiet, so the fragments sent
+    after a half-second stall met a closed socket and the client's next send failed with a
+    broken pipe (seen failing; the test above then failed now and then on a loaded machine)."""
+    fragment = b"A" * 1024
+    with running_server(APP, "--ws-max-size", "2048") as srv:
+        ws = upgraded(srv, "/echo")
+        try:
+            ws.send_frame(OP_BINARY, fragment, fin=False)
+            for _ in range(3):
+                ws.send_frame(OP_CONT, fragment, fin=False)
+            time.sleep(0.5)
+            for _ in range(4):
+                ws.send_frame(OP_CONT, fragment, fin=False)
+                time.sleep(0.1)  # long enough for a reset to come back
+            assert ws.read_close().code == 1009
+        finally:
+            ws.close()

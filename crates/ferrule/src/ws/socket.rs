@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError};
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
@@ -247,15 +247,15 @@ pub async fn run_socket(
 }
 
 /// Reads and drops what the client still sends after the server closed for a message over the
-/// size limit, until it goes quiet: a socket closed with bytes unread is reset, and the reset
-/// can make the client's side drop the close frame before the client reads it.
+/// size limit, until the client closes too (its side ends once it reads ours shut): a socket
+/// closed with bytes unread is reset, and the reset can make the client's side drop the close
+/// frame before the client reads it. No "quiet for a moment" rule: a stalled client sends on.
 async fn drain(io: &mut TokioIo<Upgraded>) {
-    const QUIET: Duration = Duration::from_millis(100);
     let deadline = tokio::time::Instant::now() + CLOSE_TIMEOUT;
+    let _ = tokio::time::timeout_at(deadline, io.shutdown()).await;
     let mut buffer = vec![0; 16 * 1024];
-    while tokio::time::Instant::now() < deadline {
-        let until = deadline.min(tokio::time::Instant::now() + QUIET);
-        match tokio::time::timeout_at(until, io.read(&mut buffer)).await {
+    loop {
+        match tokio::time::timeout_at(deadline, io.read(&mut buffer)).await {
             Ok(Ok(read)) if read > 0 => {}
             _ => break,
         }
