@@ -226,12 +226,14 @@ def test_http2_concurrent_streams_of_a_big_file(server: ServerProcess, site: Sit
 
 def test_a_slow_http2_download_keeps_its_connection(site: Site) -> None:
     """Rule: an HTTP/2 connection whose only stream is a file download in progress is not idle:
-    a client that reads the 10 MiB file with a 3 s pause (``--timeout-keep-alive 2``) gets it
+    a client that reads the 10 MiB file with a 4 s pause (``--timeout-keep-alive 3``) gets it
     whole, and its next request goes on the same connection. Broken: the file's stream stopped
     counting as in progress once its response began, so the connection was told GOAWAY after
-    2 s mid-download and the next request needed a new connection (seen failing; a client
-    library that takes a GOAWAY for the end, Python's h2, then failed on the PING after it)."""
-    args = ["--timeout-keep-alive", "2", *site_args(site)]
+    the keep-alive timeout mid-download and the next request needed a new connection (seen
+    failing; a client library that takes a GOAWAY for the end, Python's h2, then failed on the
+    PING after it). The pause must also end before the keep-alive PING, sent after 3 s of
+    silence, goes unanswered for 3 s more: with 2 and 3 s a loaded machine's client missed it."""
+    args = ["--timeout-keep-alive", "3", *site_args(site)]
 
     async def main(port: int) -> tuple[str, object, object]:
         async with httpx.AsyncClient(http1=False, http2=True, timeout=BIG_TIMEOUT) as client:
@@ -241,7 +243,7 @@ def test_a_slow_http2_download_keeps_its_connection(site: Site) -> None:
                 first = response.extensions["network_stream"].get_extra_info("client_addr")
                 chunks = response.aiter_bytes()
                 digest.update(await chunks.__anext__())
-                await asyncio.sleep(3)
+                await asyncio.sleep(4)
                 async for chunk in chunks:
                     digest.update(chunk)
             again = await client.get(url + "/static/text.txt")
