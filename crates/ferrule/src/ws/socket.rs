@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError};
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
@@ -247,15 +247,19 @@ pub async fn run_socket(
 }
 
 /// Reads and drops what the client still sends after the server closed for a message over the
-/// size limit, until the client closes too (its side ends once it reads ours shut): a socket
-/// closed with bytes unread is reset, and the reset can make the client's side drop the close
-/// frame before the client reads it. No "quiet for a moment" rule: a stalled client sends on.
+/// size limit, until it goes quiet: a socket closed with bytes unread is reset, and the reset
+/// can make the client's side drop the close frame before the client reads it. Quiet is half a
+/// second, several times a loaded machine's stall; the client, done sending, waits that long
+/// for the close. Shutting the write side at once and reading to the end would need no quiet
+/// rule, but a client still writing when it sees the end can fail its own close (websockets
+/// on asyncio's transports).
 async fn drain(io: &mut TokioIo<Upgraded>) {
+    const QUIET: Duration = Duration::from_millis(500);
     let deadline = tokio::time::Instant::now() + CLOSE_TIMEOUT;
-    let _ = tokio::time::timeout_at(deadline, io.shutdown()).await;
     let mut buffer = vec![0; 16 * 1024];
-    loop {
-        match tokio::time::timeout_at(deadline, io.read(&mut buffer)).await {
+    while tokio::time::Instant::now() < deadline {
+        let until = deadline.min(tokio::time::Instant::now() + QUIET);
+        match tokio::time::timeout_at(until, io.read(&mut buffer)).await {
             Ok(Ok(read)) if read > 0 => {}
             _ => break,
         }
