@@ -175,6 +175,11 @@ class ServerProcess:
             f"{why} before {regex.pattern!r} appeared on {stream}\n{self.describe()}"
         )
 
+    def wait_startups(self, count: int, timeout: float = WAIT_TIMEOUT) -> None:
+        """Wait for ``count`` "Application startup complete." lines: one per worker that has
+        imported the app and run its startup (a parent prints its running line before that)."""
+        self.wait_for_output(rf"(?:Application startup complete\.[\s\S]*?){{{count}}}", timeout)
+
     def wait_running(self, timeout: float = STARTUP_TIMEOUT) -> ServerProcess:
         """Wait for the ``running on`` line; record the scheme and port (or unix socket path)."""
         match = self.wait_for_output(r"running on (https?://[^:\s]+:\d+|unix socket \S+)", timeout)

@@ -40,11 +40,7 @@ def _serve_and_ask(argv: list[str], cwd: Path) -> None:
     server = ServerProcess(argv, cwd=cwd)
     try:
         server.wait_running(STARTUP_TIMEOUT)
-        poll(
-            lambda: server.stderr.count("Application startup complete.") >= workers,
-            timeout=STARTUP_TIMEOUT * 2,
-            what=f"{workers} workers' startup",
-        )
+        server.wait_startups(workers, STARTUP_TIMEOUT * 2)
         response = poll(lambda: server.get("/"), timeout=WAIT_TIMEOUT)
         assert response.json() == {"message": "Hello from ferrule"}, server.describe()
         code = server.stop(signal.SIGINT)

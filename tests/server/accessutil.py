@@ -150,11 +150,7 @@ def connections_to_both_workers(
     apart, until both workers have answered: the kernel gives a shared listening socket's
     connections to whichever worker wakes first, and a run of 64 back to back once all went
     to one worker."""
-    wait_for(
-        server,
-        lambda: server.stderr.count("Application startup complete.") >= 2,
-        "both workers serving",
-    )
+    server.wait_startups(2)
     by_worker: dict[str, list[RawConnection]] = {}
     deadline = time.monotonic() + timeout
     while len(by_worker) < 2 or sum(map(len, by_worker.values())) < count:

@@ -334,20 +334,14 @@ def test_workers_ready_when_all_serve_and_reloading_on_sighup(notify: NotifySock
     env = {"NOTIFY_SOCKET": notify.path}
     with running_server(APP, "--workers", "2", env=env) as server:
         notify.wait_for("READY=1")
-        poll(
-            lambda: server.stderr.count("Application startup complete") >= 2,
-            what="both workers' startup lines",
-        )
+        server.wait_startups(2)
         assert "STATUS=2 workers serving" in notify.messages()[0].split("\n")
         server.send_signal(signal.SIGHUP)
         reloading = notify.wait_for("RELOADING=1")
         message = next(m for at, m in notify.received if at == reloading)
         assert any(line.startswith("MONOTONIC_USEC=") for line in message.split("\n")), message
         notify.wait_for("READY=1", after=reloading)
-        poll(
-            lambda: server.stderr.count("Application startup complete") >= 4,
-            what="the new workers' startup lines",
-        )
+        server.wait_startups(4)
 
 
 def test_watchdog_pings_while_the_loop_answers_and_stops_when_it_is_stuck(

@@ -65,11 +65,7 @@ def test_sigusr2_upgrades_to_the_new_code_with_no_request_lost(tmp_path: Path) -
         new_pid = None
         try:
             poll(lambda: len(seen) >= 50, timeout=20, what="requests to the old code")
-            poll(
-                lambda: server.stderr.count("Application startup complete") >= 2,
-                timeout=STARTUP_TIMEOUT,
-                what="both workers serving",
-            )
+            server.wait_startups(2, STARTUP_TIMEOUT)
             write_app(tmp_path, "2")
             server.send_signal(signal.SIGUSR2)
             found = server.wait_for_output(r"new parent process \[(\d+)\] started")
@@ -99,11 +95,7 @@ def test_a_new_parent_that_cannot_start_leaves_the_old_one_serving(tmp_path: Pat
     write_app(tmp_path, "1")
     with running_server("versioned_app:app", "--workers", "2", cwd=tmp_path, env=NO_PYC) as server:
         # Both workers have imported the good code (one still importing would take the bad).
-        poll(
-            lambda: server.stderr.count("Application startup complete") >= 2,
-            timeout=STARTUP_TIMEOUT,
-            what="both workers serving",
-        )
+        server.wait_startups(2, STARTUP_TIMEOUT)
         (tmp_path / "versioned_app.py").write_text("raise RuntimeError('broken deploy')\n")
         server.send_signal(signal.SIGUSR2)
         server.wait_for_output(r"exited before serving \(exit status 3\); serving on", timeout=60)
