@@ -317,7 +317,7 @@ def ratio_goal(what: str, peer: str, ferrule: str, goal: float, results) -> str:
     p, f = cpu(results.get(peer)), cpu(results.get(ferrule))
     if not p or not f:
         return f"- {what}: not measured ({peer} or {ferrule} missing)"
-    r = p / f
+    r = _ratio(p, f)
     rounds = per_round(peer, ferrule, results, _ratio, lambda r: f"{r:.2f}x")
     return (
         f"- {what}: {peer} {p:,.1f} µs / {ferrule} {f:,.1f} µs = {r:.2f}x,"
@@ -331,7 +331,7 @@ def share_goal(what: str, ferrule: str, results) -> str:
     f, quiet = cpu(results.get(ferrule)), cpu(results.get(quiet_row))
     if not f or not quiet:
         return f"- {what}: not measured ({ferrule} or ferrule-no-access-log missing)"
-    share = (f - quiet) / f
+    share = _share(f, quiet)
     rounds = per_round(ferrule, quiet_row, results, _share, lambda r: f"{r:.1%}")
     return (
         f"- {what}: ({ferrule} {f:,.1f} µs - ferrule-no-access-log {quiet:,.1f} µs)"
@@ -367,25 +367,27 @@ def instructions(args) -> list[str]:
             return [f"not measured (instructions.sh failed: {done.stderr.strip()[-300:]})"]
         counts[label] = int(found.group(1))
     off, on = counts["off"], counts["on"]
+    share = _share(on, off)
     return [
         f"`FERRULE_ARGS=OPTION benches/instructions.sh uvloop {PATH} {args.instructions}`"
         " (--ferrule-path as above), ferrule's own process, user space:",
         "",
         f"- `--no-access-log`: {off:,} instructions a request",
         f"- `--access-log` (the default): {on:,} instructions a request",
-        f"- the access line's share: ({on:,} - {off:,}) / {on:,} = {(on - off) / on:.1%},"
-        f" goal <= 10% {verdict((on - off) / on <= 0.10)}",
+        f"- the access line's share: ({on:,} - {off:,}) / {on:,} = {share:.1%},"
+        f" goal <= 10% {verdict(share <= 0.10)}",
     ]
 
 
 def limit(results: dict[str, Measured]) -> list[str]:
     """What the defaults goal is measured against: granian over the Rust-only route."""
-    p, r = cpu(results.get("granian")), cpu(results.get("ferrule-rust"))
-    if not p or not r:
+    p, rust = cpu(results.get("granian")), cpu(results.get("ferrule-rust"))
+    if not p or not rust:
         return []
     rounds = per_round("granian", "ferrule-rust", results, _ratio, lambda r: f"{r:.2f}x")
     return [
-        f"- the limit: granian {p:,.1f} µs / ferrule-rust {r:,.1f} µs = {p / r:.2f}x{rounds}:"
+        f"- the limit: granian {p:,.1f} µs / ferrule-rust {rust:,.1f} µs ="
+        f" {_ratio(p, rust):.2f}x{rounds}:"
         " what ferrule's defaults would reach if Python and the bridge cost nothing",
     ]
 
