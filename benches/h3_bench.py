@@ -144,7 +144,7 @@ def main() -> int:
     if shutil.which("h2load") is None:
         sys.exit("h2load not found (apt-get install nghttp2-client)")
     sys.path.insert(0, str(ROOT / "tests"))
-    from certs import make_certs
+    from support.certs import make_certs
 
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"h3-bench-{os.getpid()}"
     tmp.mkdir(parents=True, exist_ok=True)

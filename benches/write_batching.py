@@ -30,9 +30,9 @@ import harness
 TESTS_DIR = harness.BENCH_DIR.parent / "tests"
 sys.path[:0] = [str(TESTS_DIR), str(TESTS_DIR / "apps")]
 
-from h1raw import data_segments_in, request_bytes  # noqa: E402
-from serverutil import ServerProcess, running_server  # noqa: E402
-from wsutil import OP_TEXT, raw_handshake  # noqa: E402
+from support.h1raw import data_segments_in, request_bytes  # noqa: E402
+from support.serverutil import ServerProcess, running_server  # noqa: E402
+from support.wsutil import OP_TEXT, raw_handshake  # noqa: E402
 
 BODY_BOUND = 12
 MESSAGES_BOUND = 30

@@ -1,6 +1,6 @@
 """Fixtures for every test: a hard time limit per test, and the TLS certificates
-(``tests/certs.py``) made once per session. On a system without ``/proc`` (macOS), the tests
-that read it (what a server process holds: memory, threads, descriptors) are skipped.
+(``tests/support/certs.py``) made once per session. On a system without ``/proc`` (macOS), the
+tests that read it (what a server process holds: memory, threads, descriptors) are skipped.
 
 The time limit is a faulthandler watchdog: it holds even when a deadlock inside the extension
 keeps the GIL forever, dumping every thread's stack and exiting the process.
@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from certs import Certs, make_certs
+from support.certs import Certs, make_certs
 
 #: Hard per-test limit enforced by the faulthandler watchdog (kills the process). Longer than
 #: pytest-timeout's ``timeout = 120`` (when installed), which fails the test more gently but
@@ -38,14 +38,14 @@ def hard_time_limit(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     """A CA, a server certificate for 127.0.0.1/localhost and client certificates (PEM files,
-    see ``tests/certs.py``), made once per session."""
+    see ``tests/support/certs.py``), made once per session."""
     return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @cache
 def _reads_proc(path: Path) -> bool:
     source = path.read_text(encoding="utf-8")
-    return "/proc/" in source or "import memutil" in source or "from memutil" in source
+    return "/proc/" in source or "from support.memutil" in source or "import memutil" in source
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serverutil import running_server
-from wsutil import recv, run, ws_connect
+from support.serverutil import running_server
+from support.wsutil import recv, run, ws_connect
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 STREAM = b"".join(b"chunk %d\n" % i for i in range(5))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from bridgeutil import Main, Outcome, run_bridge
-from loopkinds import LOOP_KINDS
+from support.loopkinds import LOOP_KINDS
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

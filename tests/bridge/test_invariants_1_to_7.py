@@ -29,7 +29,7 @@ from bridgeutil import (
     run_bridge,
     wait_for_marks,
 )
-from loopkinds import HAS_UVLOOP
+from support.loopkinds import HAS_UVLOOP
 
 # --- I1: one current task per loop -----------------------------------------------------------
 

@@ -12,8 +12,8 @@ import time
 
 import ferrule
 import pytest
-from loopkinds import LOOP_KINDS
-from serverutil import running_server, wait_for_event
+from support.loopkinds import LOOP_KINDS
+from support.serverutil import running_server, wait_for_event
 
 IMPLS = ["bridge", "asyncio"]
 

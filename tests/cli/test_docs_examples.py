@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from serverutil import (
+from support.serverutil import (
     STARTUP_TIMEOUT,
     WAIT_TIMEOUT,
     ServerProcess,

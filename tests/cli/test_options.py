@@ -20,8 +20,8 @@ from pathlib import Path
 import ferrule
 import httpx
 import pytest
-from h1raw import request_bytes
-from serverutil import (
+from support.h1raw import request_bytes
+from support.serverutil import (
     APPS_DIR,
     WAIT_TIMEOUT,
     base_env,

@@ -17,8 +17,8 @@ from pathlib import Path
 import ferrule
 import httpx
 import pytest
-from h1raw import request_bytes
-from serverutil import (
+from support.h1raw import request_bytes
+from support.serverutil import (
     APPS_DIR,
     ServerProcess,
     ferrule_command,

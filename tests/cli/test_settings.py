@@ -12,7 +12,7 @@ import ferrule
 import pytest
 from ferrule.settings import SETTINGS
 from ferrule.settings_markdown import markdown
-from serverutil import ferrule_command, run_to_exit, running_server
+from support.serverutil import ferrule_command, run_to_exit, running_server
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOWN = [s for s in SETTINGS if not s.hidden and not s.python_only]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import ferrule
 import pytest
-from certs import Certs
-from serverutil import (
+from support.certs import Certs
+from support.serverutil import (
     STARTUP_TIMEOUT,
     ServerProcess,
     base_env,

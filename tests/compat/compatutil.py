@@ -26,8 +26,8 @@ from typing import Any
 
 import httpx
 import pytest
-from loopkinds import HAS_UVLOOP
-from serverutil import (
+from support.loopkinds import HAS_UVLOOP
+from support.serverutil import (
     STOP_TIMEOUT,
     ServerProcess,
     is_clean_exit,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from compatutil import STOP_CASES, framework_server, parse_sse, stop_cleanly
-from loopkinds import LOOP_KINDS
-from serverutil import ServerProcess, poll
+from support.loopkinds import LOOP_KINDS
+from support.serverutil import ServerProcess, poll
 
 APP = "compat_django:app"
 

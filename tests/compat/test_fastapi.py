@@ -23,10 +23,10 @@ from compatutil import (
     logged_events,
     stop_cleanly,
 )
-from loopkinds import LOOP_KINDS
-from serverutil import APPS_DIR, ServerProcess, poll
+from support.loopkinds import LOOP_KINDS
+from support.serverutil import APPS_DIR, ServerProcess, poll
+from support.wsutil import recv, run, ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
-from wsutil import recv, run, ws_connect
 
 APP = "compat_fastapi:app"
 

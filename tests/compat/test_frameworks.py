@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from h1raw import request_bytes
-from loopkinds import LOOP_KINDS
-from serverutil import ServerProcess, poll, running_server
+from support.h1raw import request_bytes
+from support.loopkinds import LOOP_KINDS
+from support.serverutil import ServerProcess, poll, running_server
 
 
 @pytest.fixture(scope="module", params=LOOP_KINDS)

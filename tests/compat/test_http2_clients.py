@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 from compatutil import framework_server, logged_events, parse_sse, stop_cleanly
-from loopkinds import LOOP_KINDS
-from serverutil import SERVER_MODULE, ServerProcess
+from support.loopkinds import LOOP_KINDS
+from support.serverutil import SERVER_MODULE, ServerProcess
 
 pytestmark = pytest.mark.skipif(
     SERVER_MODULE != "ferrule", reason="HTTP/2 (h2c) is ferrule's; uvicorn has none"

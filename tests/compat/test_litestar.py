@@ -22,9 +22,9 @@ from compatutil import (
     parse_sse,
     stop_cleanly,
 )
-from loopkinds import LOOP_KINDS
-from serverutil import ServerProcess, poll
-from wsutil import recv, run, ws_connect
+from support.loopkinds import LOOP_KINDS
+from support.serverutil import ServerProcess, poll
+from support.wsutil import recv, run, ws_connect
 
 APP = "compat_litestar:app"
 

@@ -25,10 +25,10 @@ from compatutil import (
     logged_events,
     stop_cleanly,
 )
-from loopkinds import LOOP_KINDS
-from serverutil import ServerProcess, poll
+from support.loopkinds import LOOP_KINDS
+from support.serverutil import ServerProcess, poll
+from support.wsutil import recv, run, ws_connect
 from websockets.exceptions import InvalidStatus
-from wsutil import recv, run, ws_connect
 
 APP = "compat_quart:app"
 #: What the refused POSTs send: ten times Quart's MAX_CONTENT_LENGTH of the app (1 MiB).

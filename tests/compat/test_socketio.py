@@ -17,8 +17,8 @@ import pytest
 import requests
 import socketio
 from compatutil import STOP_CASES, framework_server, logged_events, stop_cleanly
-from loopkinds import LOOP_KINDS
-from serverutil import ServerProcess, poll
+from support.loopkinds import LOOP_KINDS
+from support.serverutil import ServerProcess, poll
 
 APP = "compat_socketio:app"
 TRANSPORTS = ["websocket", "polling"]

@@ -2,8 +2,8 @@
 against ``h3_app`` on 127.0.0.1, the Alt-Svc the TCP side advertises, graceful shutdown, the
 limits HTTP/1.1 and HTTP/2 have, workers sharing the UDP port, and hostile clients.
 
-The certificates are made at test time (``tests/certs.py``, the ``certs`` fixture). Every
-client call has a timeout.
+The certificates are made at test time (``tests/support/certs.py``, the ``certs`` fixture).
+Every client call has a timeout.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 import pytest
 from aioquic.quic.connection import QuicConnection
-from certs import Certs
-from h3client import (
+from support.certs import Certs
+from support.h3client import (
     GOAWAY,
     H3Client,
     StreamError,
@@ -30,7 +30,13 @@ from h3client import (
     h3_connection,
     open_and_reset,
 )
-from serverutil import WAIT_TIMEOUT, ServerProcess, ferrule_command, run_to_exit, running_server
+from support.serverutil import (
+    WAIT_TIMEOUT,
+    ServerProcess,
+    ferrule_command,
+    run_to_exit,
+    running_server,
+)
 
 APP = "h3_app:app"
 T = TypeVar("T")

@@ -16,9 +16,9 @@ import struct
 import time
 from collections.abc import Sequence
 
-from h2raw import DATA, END_STREAM, WINDOW_UPDATE, H2Raw, frame, get
-from serverutil import ServerProcess
-from wsutil import OP_PING, build_frame, run, ws_connect
+from support.h2raw import DATA, END_STREAM, WINDOW_UPDATE, H2Raw, frame, get
+from support.serverutil import ServerProcess
+from support.wsutil import OP_PING, build_frame, run, ws_connect
 
 
 def gauge(server: ServerProcess, name: str) -> dict[str, int]:

@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from h1raw import IncompleteResponse, RawConnection, parse_responses, request_bytes
-from serverutil import WAIT_TIMEOUT, ServerProcess, fetch_record, running_server
+from support.h1raw import IncompleteResponse, RawConnection, parse_responses, request_bytes
+from support.serverutil import WAIT_TIMEOUT, ServerProcess, fetch_record, running_server
 
 #: Bound for one exchange: a correct server answers in milliseconds.
 READ_TIMEOUT = 2.0

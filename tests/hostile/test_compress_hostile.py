@@ -19,10 +19,10 @@ import h2.connection
 import h2.events
 import h2.settings
 import pytest
-from h1raw import request_bytes
 from hostileutil import check_serves_promptly
-from memutil import MiB, RssGrowth
-from serverutil import ServerProcess, fetch_record, import_app, running_server
+from support.h1raw import request_bytes
+from support.memutil import MiB, RssGrowth
+from support.serverutil import ServerProcess, fetch_record, import_app, running_server
 
 APP = "compress_app:app"
 TIMEOUT = 5.0

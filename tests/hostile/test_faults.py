@@ -19,9 +19,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from h1raw import RawConnection, request_bytes
-from memutil import fd_count
-from serverutil import ServerProcess, fetch_record, pid_alive, poll, running_server
+from support.h1raw import RawConnection, request_bytes
+from support.memutil import fd_count
+from support.serverutil import ServerProcess, fetch_record, pid_alive, poll, running_server
 
 
 @pytest.fixture(scope="module")

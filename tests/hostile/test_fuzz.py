@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from h1raw import IncompleteResponse, RawResponse
 from hypothesis import HealthCheck, Phase, event, example, given, settings
 from hypothesis import strategies as st
-from serverutil import ServerProcess, running_server
+from support.h1raw import IncompleteResponse, RawResponse
+from support.serverutil import ServerProcess, running_server
 
 MISSING = object()  # a key left out of a message
 TOKEN = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")

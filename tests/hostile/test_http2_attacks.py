@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from h2raw import (
+from support.h2raw import (
     CONTINUATION,
     DATA,
     END_HEADERS,
@@ -55,8 +55,8 @@ from h2raw import (
     request_fields,
     setting,
 )
-from memutil import rss_bytes
-from serverutil import ServerProcess, fetch_record, is_clean_exit, running_server
+from support.memutil import rss_bytes
+from support.serverutil import ServerProcess, fetch_record, is_clean_exit, running_server
 
 APP = "hostile_app:app"
 

@@ -18,7 +18,7 @@ import h2.config
 import h2.connection
 import h2.events
 import pytest
-from h2raw import (
+from support.h2raw import (
     ACK,
     COMPRESSION_ERROR,
     DATA,
@@ -52,8 +52,8 @@ from h2raw import (
     request_fields,
     setting,
 )
-from memutil import rss_bytes
-from serverutil import ServerProcess, fetch_record, running_server
+from support.memutil import rss_bytes
+from support.serverutil import ServerProcess, fetch_record, running_server
 
 APP = "hostile_app:app"
 

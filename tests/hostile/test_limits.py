@@ -12,8 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from h1raw import IncompleteResponse, RawConnection, RawResponse, request_bytes, send_in_background
-from serverutil import (
+from support.h1raw import (
+    IncompleteResponse,
+    RawConnection,
+    RawResponse,
+    request_bytes,
+    send_in_background,
+)
+from support.serverutil import (
     ServerProcess,
     ferrule_command,
     poll,

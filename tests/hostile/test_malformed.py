@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from h1raw import RawResponse, parse_responses
-from serverutil import ServerProcess, fetch_record, running_server
+from support.h1raw import RawResponse, parse_responses
+from support.serverutil import ServerProcess, fetch_record, running_server
 
 #: Bound for one malformed exchange: a correct server answers and closes in milliseconds.
 READ_TIMEOUT = 2.0

@@ -18,13 +18,6 @@ import socket
 from pathlib import Path
 
 import pytest
-from h2raw import (
-    SETTINGS_INITIAL_WINDOW_SIZE,
-    SETTINGS_MAX_CONCURRENT_STREAMS,
-    H2Raw,
-    get,
-    setting,
-)
 from hostileutil import (
     PING_FRAME,
     PROVOKE,
@@ -34,9 +27,16 @@ from hostileutil import (
     gauge,
     provoke_resets,
 )
-from memutil import MiB, RssGrowth
-from serverutil import ServerProcess, poll, running_server
-from wsutil import upgraded
+from support.h2raw import (
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_CONCURRENT_STREAMS,
+    H2Raw,
+    get,
+    setting,
+)
+from support.memutil import MiB, RssGrowth
+from support.serverutil import ServerProcess, poll, running_server
+from support.wsutil import upgraded
 
 APP = "memory_app:app"
 

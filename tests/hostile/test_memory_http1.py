@@ -15,12 +15,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from certs import Certs
-from h1raw import request_bytes
-from h2raw import CONTINUATION, HEADERS, PREFACE, SETTINGS, block, frame
 from hostileutil import Flood, check_serves_promptly, closed_within, flood, gauge
-from memutil import MiB, RssGrowth, fd_count
-from serverutil import ServerProcess, poll, running_server
+from support.certs import Certs
+from support.h1raw import request_bytes
+from support.h2raw import CONTINUATION, HEADERS, PREFACE, SETTINGS, block, frame
+from support.memutil import MiB, RssGrowth, fd_count
+from support.serverutil import ServerProcess, poll, running_server
 
 APP = "memory_app:app"
 

@@ -28,8 +28,9 @@ import h2.events
 import h2.exceptions
 import httpx
 import pytest
-from certs import Certs
-from h2raw import (
+from hostileutil import PROMPT, provoke_resets
+from support.certs import Certs
+from support.h2raw import (
     ACK,
     CONTINUATION,
     END_HEADERS,
@@ -50,9 +51,8 @@ from h2raw import (
     request_fields,
     setting,
 )
-from hostileutil import PROMPT, provoke_resets
-from memutil import MiB, RssGrowth, fd_count
-from serverutil import ServerProcess, running_server
+from support.memutil import MiB, RssGrowth, fd_count
+from support.serverutil import ServerProcess, running_server
 
 APP = "memory_app:app"
 

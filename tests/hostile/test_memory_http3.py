@@ -26,8 +26,8 @@ from aioquic.buffer import encode_uint_var
 from aioquic.h3.connection import FrameType, H3Connection, encode_frame
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import HandshakeCompleted
-from certs import Certs
-from h3client import (
+from support.certs import Certs
+from support.h3client import (
     H3Client,
     Response,
     StreamError,
@@ -35,8 +35,8 @@ from h3client import (
     h3_connection,
     open_and_reset,
 )
-from memutil import MiB, RssGrowth
-from serverutil import ServerProcess, running_server
+from support.memutil import MiB, RssGrowth
+from support.serverutil import ServerProcess, running_server
 
 APP = "memory_app:app"
 T = TypeVar("T")

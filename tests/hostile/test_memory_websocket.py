@@ -17,11 +17,11 @@ from collections.abc import Iterator
 
 import h2.settings
 import pytest
-from h2ws import H2Client, parse_frames, plain_client
 from hostileutil import PING_FRAME, Flood, check_serves_promptly, flood
-from memutil import MiB, RssGrowth
-from serverutil import ServerProcess, poll, running_server
-from wsutil import (
+from support.h2ws import H2Client, parse_frames, plain_client
+from support.memutil import MiB, RssGrowth
+from support.serverutil import ServerProcess, poll, running_server
+from support.wsutil import (
     OP_BINARY,
     OP_CLOSE,
     OP_CONT,

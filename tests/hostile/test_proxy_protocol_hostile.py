@@ -22,8 +22,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
-from proxyproto import REQUEST, V2_PROXY, V2_SIGNATURE, V2_TCP4, scope_of, v1_line, v2_header
-from serverutil import WAIT_TIMEOUT, ServerProcess, poll, running_server
+from support.proxyproto import (
+    REQUEST,
+    V2_PROXY,
+    V2_SIGNATURE,
+    V2_TCP4,
+    scope_of,
+    v1_line,
+    v2_header,
+)
+from support.serverutil import WAIT_TIMEOUT, ServerProcess, poll, running_server
 
 APP = "scope_app:app"
 #: The header timeout (--timeout-keep-alive) of the servers that are to refuse at once: long,

@@ -19,16 +19,16 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from h1raw import RawResponse
-from h2raw import (
+from hostileutil import PROMPT, check_serves_promptly
+from support.h1raw import RawResponse
+from support.h2raw import (
     DATA,
     H2Raw,
     Received,
     get,
 )
-from hostileutil import PROMPT, check_serves_promptly
-from serverutil import ServerProcess, running_server
-from staticutil import (
+from support.serverutil import ServerProcess, running_server
+from support.staticutil import (
     APP,
     Site,
     app_saw,

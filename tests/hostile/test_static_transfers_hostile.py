@@ -23,8 +23,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from h1raw import IncompleteResponse, RawConnection, request_bytes
-from h2raw import (
+from hostileutil import PROMPT, check_serves_promptly
+from support.h1raw import IncompleteResponse, RawConnection, request_bytes
+from support.h2raw import (
     DATA,
     RST_STREAM,
     SETTINGS_INITIAL_WINDOW_SIZE,
@@ -35,10 +36,9 @@ from h2raw import (
     get,
     setting,
 )
-from hostileutil import PROMPT, check_serves_promptly
-from memutil import MiB, RssGrowth
-from serverutil import ServerProcess, poll, running_server
-from staticutil import (
+from support.memutil import MiB, RssGrowth
+from support.serverutil import ServerProcess, poll, running_server
+from support.staticutil import (
     APP,
     TEXT_SIZE,
     Site,

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from h1raw import RawResponse
-from serverutil import ServerProcess
+from support.h1raw import RawResponse
+from support.serverutil import ServerProcess
 
 #: Bound for one exchange: a correct server answers (and closes, where it must) in milliseconds.
 READ_TIMEOUT = 3.0

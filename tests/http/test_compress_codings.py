@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from compressutil import (
+from support.compressutil import (
     APP,
     CODINGS,
     ORDER,
@@ -34,8 +34,8 @@ from compressutil import (
     text_body,
     vary,
 )
-from h1raw import request_bytes
-from serverutil import (
+from support.h1raw import request_bytes
+from support.serverutil import (
     ServerProcess,
     running_server,
 )

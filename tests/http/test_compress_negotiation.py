@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from compressutil import (
+from support.compressutil import (
     APP,
     ORDER,
     assert_plain,
@@ -31,8 +31,8 @@ from compressutil import (
     text_body,
     vary,
 )
-from h1raw import request_bytes
-from serverutil import (
+from support.h1raw import request_bytes
+from support.serverutil import (
     ServerProcess,
     running_server,
 )

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from compressutil import (
+from support.compressutil import (
     APP,
     assert_plain,
     body_target,
@@ -29,7 +29,7 @@ from compressutil import (
     fetch,
     text_body,
 )
-from serverutil import (
+from support.serverutil import (
     APPS_DIR,
     ServerProcess,
     ferrule_command,

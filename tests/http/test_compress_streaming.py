@@ -29,8 +29,8 @@ import h2.config
 import h2.connection
 import h2.events
 import pytest
-from certs import Certs
-from compressutil import (
+from support.certs import Certs
+from support.compressutil import (
     APP,
     CODINGS,
     FLUSH_TIMEOUT,
@@ -45,10 +45,10 @@ from compressutil import (
     text_body,
     vary,
 )
-from h1raw import IncompleteResponse, RawConnection, request_bytes
-from h2get import h2c_get
-from h3client import h3_connection
-from serverutil import (
+from support.h1raw import IncompleteResponse, RawConnection, request_bytes
+from support.h2get import h2c_get
+from support.h3client import h3_connection
+from support.serverutil import (
     ServerProcess,
     running_server,
 )

@@ -20,11 +20,11 @@ from urllib.parse import quote
 
 import hpack
 import pytest
-from certs import Certs
-from h1raw import RawConnection, request_bytes
-from h2raw import DATA, END_STREAM, HEADERS, H2Raw, Received, get
-from h3client import h3_connection
-from serverutil import ServerProcess, running_server
+from support.certs import Certs
+from support.h1raw import RawConnection, request_bytes
+from support.h2raw import DATA, END_STREAM, HEADERS, H2Raw, Received, get
+from support.h3client import h3_connection
+from support.serverutil import ServerProcess, running_server
 
 APP = "extensions_app:app"
 TIMEOUT = 5.0

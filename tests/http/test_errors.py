@@ -6,8 +6,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from h1raw import IncompleteResponse, raw_exchange, request_bytes
-from serverutil import ServerProcess, fetch_record, running_server
+from support.h1raw import IncompleteResponse, raw_exchange, request_bytes
+from support.serverutil import ServerProcess, fetch_record, running_server
 
 
 @pytest.fixture(scope="module")

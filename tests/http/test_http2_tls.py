@@ -2,7 +2,7 @@
 (``--ssl-certfile``, ``--ssl-keyfile``, ``--ssl-keyfile-password``, ``--ssl-ca-certs``,
 ``--ssl-cert-reqs``), against ``http2_app``.
 
-The certificates are made at test time (``tests/certs.py``, the ``certs`` fixture).
+The certificates are made at test time (``tests/support/certs.py``, the ``certs`` fixture).
 httpx speaks HTTP/2 through ``h2``: ``http1=False, http2=True`` on ``http://`` is h2c with prior
 knowledge (the client starts with the connection preface); on ``https://`` it offers
 ``h2, http/1.1`` by ALPN. Every client call has a timeout, and every client talks to 127.0.0.1.
@@ -22,9 +22,9 @@ from typing import Any
 
 import httpx
 import pytest
-from certs import KEY_PASSWORD, Certs
-from h1raw import request_bytes
-from serverutil import ServerProcess, ferrule_command, run_to_exit, running_server
+from support.certs import KEY_PASSWORD, Certs
+from support.h1raw import request_bytes
+from support.serverutil import ServerProcess, ferrule_command, run_to_exit, running_server
 
 APP = "http2_app:app"
 #: Bound for one exchange in this module (a 1 MB body over h2 included).

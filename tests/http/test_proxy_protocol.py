@@ -19,9 +19,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from certs import Certs
-from proxyproto import REQUEST, V2_LOCAL, scope_of, v2_header
-from serverutil import ferrule_command, free_port, run_to_exit, running_server
+from support.certs import Certs
+from support.proxyproto import REQUEST, V2_LOCAL, scope_of, v2_header
+from support.serverutil import ferrule_command, free_port, run_to_exit, running_server
 from websockets.sync.client import connect
 
 APP = "scope_app:app"

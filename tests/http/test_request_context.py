@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from serverutil import running_server
+from support.serverutil import running_server
 from websockets.sync.client import connect
 
 LOOPS = ["asyncio", "uvloop"]

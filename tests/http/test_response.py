@@ -15,9 +15,9 @@ import h2.config
 import h2.connection
 import h2.events
 import pytest
-from h1raw import request_bytes
-from h2get import h2c_get
-from serverutil import ServerProcess, fetch_record, running_server
+from support.h1raw import request_bytes
+from support.h2get import h2c_get
+from support.serverutil import ServerProcess, fetch_record, running_server
 
 
 @pytest.fixture(scope="module")

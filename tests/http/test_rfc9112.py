@@ -33,7 +33,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from h1raw import IncompleteResponse, RawResponse, _ReceivedBytes
 from rfc9112_cases_body import CASES_BODY
 from rfc9112_cases_head import CASES_HEAD
 from rfc9112_model import (
@@ -50,7 +49,8 @@ from rfc9112_model import (
     Case,
     Seen,
 )
-from serverutil import ServerProcess, running_server
+from support.h1raw import IncompleteResponse, RawResponse, _ReceivedBytes
+from support.serverutil import ServerProcess, running_server
 
 CASES = CASES_HEAD + CASES_BODY
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from h1raw import RawConnection, request_bytes
-from serverutil import ServerProcess, running_server
+from support.h1raw import RawConnection, request_bytes
+from support.serverutil import ServerProcess, running_server
 
 
 @pytest.fixture(scope="module")

@@ -26,12 +26,12 @@ from collections.abc import Iterator
 from email.utils import formatdate
 
 import pytest
-from h1raw import request_bytes
-from serverutil import (
+from support.h1raw import request_bytes
+from support.serverutil import (
     ServerProcess,
     running_server,
 )
-from staticutil import (
+from support.staticutil import (
     APP,
     LAST_MODIFIED,
     MTIME,

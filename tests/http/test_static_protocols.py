@@ -35,17 +35,17 @@ from pathlib import Path
 
 import httpx
 import pytest
-from certs import Certs
-from h1raw import request_bytes
-from h3client import h3_connection
-from serverutil import (
+from support.certs import Certs
+from support.h1raw import request_bytes
+from support.h3client import h3_connection
+from support.serverutil import (
     APPS_DIR,
     ServerProcess,
     ferrule_command,
     run_to_exit,
     running_server,
 )
-from staticutil import (
+from support.staticutil import (
     APP,
     BIG_SIZE,
     LAST_MODIFIED,

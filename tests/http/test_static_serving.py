@@ -27,14 +27,14 @@ from collections.abc import Iterator
 from email.utils import formatdate, parsedate_to_datetime
 
 import pytest
-from h1raw import request_bytes
-from loopkinds import LOOP_KINDS
-from serverutil import (
+from support.h1raw import request_bytes
+from support.loopkinds import LOOP_KINDS
+from support.serverutil import (
     APPS_DIR,
     ServerProcess,
     running_server,
 )
-from staticutil import (
+from support.staticutil import (
     APP,
     MTIME,
     Site,

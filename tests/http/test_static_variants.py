@@ -25,12 +25,12 @@ import zlib
 from collections.abc import Iterator
 
 import pytest
-from h1raw import request_bytes
-from serverutil import (
+from support.h1raw import request_bytes
+from support.serverutil import (
     ServerProcess,
     running_server,
 )
-from staticutil import (
+from support.staticutil import (
     APP,
     SUFFIX,
     Site,

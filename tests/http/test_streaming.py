@@ -9,9 +9,9 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from h1raw import request_bytes
-from memutil import rss_bytes
-from serverutil import ServerProcess, fetch_record, import_app, running_server
+from support.h1raw import request_bytes
+from support.memutil import rss_bytes
+from support.serverutil import ServerProcess, fetch_record, import_app, running_server
 
 MB = 1024 * 1024
 #: Allowed growth of the server's RSS while streaming 50 MB.

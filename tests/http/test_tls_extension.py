@@ -5,8 +5,8 @@ HTTP/1.1, HTTP/2, WebSockets and HTTP/3, with and without a client certificate, 
 Each test but the last was seen failing first: before the extension was served, every scope's
 extensions had no ``tls`` key (the app's ``/tls`` answered ``"tls": null``). The last one,
 its absence on a plain connection, guards the spec's rule and passed before as after. The
-certificates are made at test time (``tests/certs.py``); every client call has a timeout and
-talks to 127.0.0.1.
+certificates are made at test time (``tests/support/certs.py``); every client call has a timeout
+and talks to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Any
 import httpx
 import pytest
 from aioquic.asyncio.client import connect as quic_connect
-from certs import Certs
 from cryptography import x509
-from h3client import H3Client, configuration
-from serverutil import ServerProcess, running_server
-from wsutil import run, ws_connect
+from support.certs import Certs
+from support.h3client import H3Client, configuration
+from support.serverutil import ServerProcess, running_server
+from support.wsutil import run, ws_connect
 
 APP = "extensions_app:app"
 TIMEOUT = 5.0

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from h1raw import IncompleteResponse, RawConnection, RawResponse
 from prometheus_client.parser import text_string_to_metric_families
-from serverutil import (
+from support.h1raw import IncompleteResponse, RawConnection, RawResponse
+from support.serverutil import (
     APPS_DIR,
     STARTUP_TIMEOUT,
     STOP_TIMEOUT,

@@ -37,7 +37,7 @@ from accessutil import (
     wait_path,
     ws_session,
 )
-from serverutil import (
+from support.serverutil import (
     ferrule_command,
     free_port,
     is_clean_exit,
@@ -340,7 +340,7 @@ def test_a_stalled_stdout_does_not_stop_serving(buffer: int | None) -> None:
     option did not exist (exit 2). Seen failing on a build of the change in progress: the
     counter read at the warning lagged it by up to 100 under load (hence the wait, up to 20 s,
     for it to settle)."""
-    from memutil import MiB, RssGrowth
+    from support.memutil import MiB, RssGrowth
 
     metrics_port = free_port()
     args = ["--metrics", "--metrics-port", str(metrics_port), "--log-level", "debug"]

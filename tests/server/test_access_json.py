@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from accessutil import CHANGE_DEADLINE, path_lines, wait_for, wait_path, ws_session
-from serverutil import (
+from support.serverutil import (
     APPS_DIR,
     ServerProcess,
     ferrule_command,

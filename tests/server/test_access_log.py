@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serverutil import APPS_DIR, ServerProcess, ferrule_command, running_server
+from support.serverutil import APPS_DIR, ServerProcess, ferrule_command, running_server
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -302,8 +302,8 @@ def test_websocket_lines_over_http2(with_format: bool) -> None:
     %(H)s HTTP/2 and %(s)s 200 on both lines, %(c)s the client's close code on the second.
     Broken: the handshake logged as a refusal, "200" in place of [accepted] (what taking 101
     for "accepted" did; not seen run, as HTTP/2 sessions came after that code)."""
-    from h2ws import plain_client
-    from wsutil import OP_CLOSE
+    from support.h2ws import plain_client
+    from support.wsutil import OP_CLOSE
 
     tag = uuid.uuid4().hex
     fmt = ["--access-log-format", "H2 %(m)s %(U)s %(q)s %(H)s %(s)s %(c)s"] if with_format else []

@@ -23,7 +23,7 @@ from accessutil import (
     path_lines,
     wait_path,
 )
-from serverutil import ServerProcess, poll, running_server
+from support.serverutil import ServerProcess, poll, running_server
 
 #: How long the test waits for a path line after a change: the promise's second, and a
 #: second more for a busy test machine (the lines' behaviour is checked after one second).

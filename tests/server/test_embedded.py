@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 import pytest
-from serverutil import run_to_exit
+from support.serverutil import run_to_exit
 
 PROGRAM = """
 import asyncio, signal, socket, sys

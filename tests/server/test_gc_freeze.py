@@ -5,7 +5,7 @@ made (``gc_app``)."""
 from __future__ import annotations
 
 import pytest
-from serverutil import running_server
+from support.serverutil import running_server
 
 
 @pytest.mark.parametrize("workers", [None, "2"])

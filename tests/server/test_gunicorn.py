@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serverutil import STARTUP_TIMEOUT, ServerProcess, free_port, poll
+from support.serverutil import STARTUP_TIMEOUT, ServerProcess, free_port, poll
 
 pytest.importorskip("gunicorn", reason="gunicorn is an optional test dependency")
 

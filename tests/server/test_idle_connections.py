@@ -14,10 +14,10 @@ import ssl
 import time
 
 import pytest
-from certs import Certs
-from h1raw import RawConnection
-from memutil import rss_bytes
-from serverutil import WAIT_TIMEOUT, running_server
+from support.certs import Certs
+from support.h1raw import RawConnection
+from support.memutil import rss_bytes
+from support.serverutil import WAIT_TIMEOUT, running_server
 
 #: Past the second after which an idle connection is set aside, with room for a busy machine.
 REST = 1.8

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from h1raw import RawConnection
-from memutil import rss_bytes
-from serverutil import WAIT_TIMEOUT, running_server
+from support.h1raw import RawConnection
+from support.memutil import rss_bytes
+from support.serverutil import WAIT_TIMEOUT, running_server
 
 MB = 1024 * 1024
 #: Keep-alive connections that each send one request per wave.

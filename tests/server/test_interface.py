@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 from ferrule.config import Config
 from ferrule.interface import detect
-from serverutil import ferrule_command, import_app, is_clean_exit, run_to_exit, running_server
+from support.serverutil import (
+    ferrule_command,
+    import_app,
+    is_clean_exit,
+    run_to_exit,
+    running_server,
+)
 
 
 @pytest.mark.parametrize(

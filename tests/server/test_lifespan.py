@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serverutil import (
+from support.serverutil import (
     ferrule_command,
     fetch_record,
     free_port,

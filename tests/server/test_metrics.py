@@ -14,7 +14,14 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serverutil import ServerProcess, ferrule_command, free_port, poll, run_to_exit, running_server
+from support.serverutil import (
+    ServerProcess,
+    ferrule_command,
+    free_port,
+    poll,
+    run_to_exit,
+    running_server,
+)
 from websockets.asyncio.client import connect
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

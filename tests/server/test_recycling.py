@@ -15,8 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from h1raw import IncompleteResponse, request_bytes
-from serverutil import (
+from support.h1raw import IncompleteResponse, request_bytes
+from support.serverutil import (
     WAIT_TIMEOUT,
     ServerProcess,
     ferrule_command,

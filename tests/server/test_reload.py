@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
-from serverutil import (
+from support.serverutil import (
     WAIT_TIMEOUT,
     ServerProcess,
     ferrule_command,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serverutil import (
+from support.serverutil import (
     STARTUP_TIMEOUT,
     WAIT_TIMEOUT,
     ServerProcess,

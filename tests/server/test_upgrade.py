@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 import httpx
-from serverutil import STARTUP_TIMEOUT, pid_alive, poll, running_server
+from support.serverutil import STARTUP_TIMEOUT, pid_alive, poll, running_server
 
 APP_SOURCE = """
 import os

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from h1raw import request_bytes
-from serverutil import (
+from support.h1raw import request_bytes
+from support.serverutil import (
     WAIT_TIMEOUT,
     ServerProcess,
     ferrule_command,

@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from certs import Certs
-from serverutil import poll, running_server
+from support.certs import Certs
+from support.serverutil import poll, running_server
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from h2ws import plain_client
-from serverutil import ServerProcess, running_server
-from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
-from wsutil import (
+from support.h2ws import plain_client
+from support.serverutil import ServerProcess, running_server
+from support.wsutil import (
     OP_BINARY,
     OP_CONT,
     OP_PING,
@@ -35,6 +34,7 @@ from wsutil import (
     still_serving,
     ws_connect,
 )
+from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
 
 APP = "ws_app:app"
 RSV1 = 4

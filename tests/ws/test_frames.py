@@ -4,8 +4,8 @@ violations (1002), open websockets at shutdown (1012), ``--ws none`` and uvicorn
 implementation names, keepalive pings (``--ws-ping-interval``/``--ws-ping-timeout``),
 ``--ws-max-queue``, and messages the app sends in a burst arriving whole and in order.
 
-The clients are :mod:`wsutil`'s: the ``websockets`` library (fragmented sends, pings, close
-codes), and a raw socket for what a real client would never send: invalid UTF-8, unmasked
+The clients are :mod:`support.wsutil`'s: the ``websockets`` library (fragmented sends, pings,
+close codes), and a raw socket for what a real client would never send: invalid UTF-8, unmasked
 frames, reserved bits, bad control frames. Every call of theirs is bounded in time and goes to
 127.0.0.1. The app records what it saw under ``?key=K``; the test reads it back with
 ``GET /_record``.
@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from serverutil import (
+from support.serverutil import (
     ServerProcess,
     ferrule_command,
     fetch_record,
@@ -29,7 +29,7 @@ from serverutil import (
     running_server,
     start_server,
 )
-from wsutil import (
+from support.wsutil import (
     OP_BINARY,
     OP_CLOSE,
     OP_CONT,

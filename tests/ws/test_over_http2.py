@@ -23,10 +23,10 @@ import h2.events
 import h2.exceptions
 import h2.settings
 import pytest
-from certs import Certs
-from h2ws import TIMEOUT, H2Client, plain_client
-from serverutil import ServerProcess, fetch_record, running_server, start_server
-from wsutil import OP_BINARY, OP_CLOSE, OP_TEXT
+from support.certs import Certs
+from support.h2ws import TIMEOUT, H2Client, plain_client
+from support.serverutil import ServerProcess, fetch_record, running_server, start_server
+from support.wsutil import OP_BINARY, OP_CLOSE, OP_TEXT
 
 APP = "ws_app:app"
 

@@ -10,9 +10,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from serverutil import ServerProcess, fetch_record, running_server, start_server
-from websockets.exceptions import ConnectionClosed
-from wsutil import (
+from support.serverutil import ServerProcess, fetch_record, running_server, start_server
+from support.wsutil import (
     OP_BINARY,
     OP_CONT,
     close_code,
@@ -24,6 +23,7 @@ from wsutil import (
     upgraded,
     ws_connect,
 )
+from websockets.exceptions import ConnectionClosed
 
 APP = "ws_parity_app:app"
 #: Runs of the racy fragmented-message case (each waits the server's half second of quiet).

@@ -3,9 +3,9 @@ opening handshake, the scope, messages and close codes, app errors, TLS and load
 fragments, limits, ``--ws none`` and the other ``--ws-*`` options are in
 ``test_frames``.
 
-The clients are :mod:`wsutil`'s: the ``websockets`` library for what a real client does, a raw
-socket for what a real client would never send; every call of theirs is bounded in time and goes
-to 127.0.0.1. The app records what it saw under ``?key=K``; the test reads it back with
+The clients are :mod:`support.wsutil`'s: the ``websockets`` library for what a real client does,
+a raw socket for what a real client would never send; every call of theirs is bounded in time and
+goes to 127.0.0.1. The app records what it saw under ``?key=K``; the test reads it back with
 ``GET /_record``.
 """
 
@@ -22,11 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from certs import Certs
-from serverutil import WAIT_TIMEOUT, ServerProcess, fetch_record, running_server
-from websockets.asyncio.client import ClientConnection
-from websockets.exceptions import ConnectionClosed, InvalidStatus
-from wsutil import (
+from support.certs import Certs
+from support.serverutil import WAIT_TIMEOUT, ServerProcess, fetch_record, running_server
+from support.wsutil import (
     OP_CLOSE,
     OP_TEXT,
     accept_for,
@@ -42,6 +40,8 @@ from wsutil import (
     upgraded,
     ws_connect,
 )
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 APP = "ws_app:app"
 

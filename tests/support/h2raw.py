@@ -13,7 +13,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import hpack
-from serverutil import ServerProcess
+
+from support.serverutil import ServerProcess
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #: Bound for reading one exchange.

@@ -4,7 +4,7 @@ Content-Length, chunked, close-delimited, HEAD) or reads until the peer closes;
 :func:`request_bytes` makes a request's exact bytes; :func:`parse_responses` splits what one
 connection received. Every read is bounded, so a broken server fails a test instead of hanging.
 
-Imported by the test modules as ``from h1raw import ...`` (``tests/`` is on ``sys.path``).
+Imported by the test modules as ``from support.h1raw import ...`` (``tests/`` is on ``sys.path``).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@
 - :func:`poll` and friends bound every wait, so a broken server fails a test instead of hanging;
   :func:`read_events` reads what the apps' lifespan hooks wrote to their events file.
 
-The raw HTTP/1.1 client is in :mod:`h1raw`, the ``/proc`` readings of memory in :mod:`memutil`.
-Imported by the test modules as ``from serverutil import ...`` (``tests/`` is on ``sys.path``).
+The raw HTTP/1.1 client is in :mod:`support.h1raw`, the ``/proc`` readings of memory in
+:mod:`support.memutil`. Imported by the test modules as ``from support.serverutil import ...``
+(``tests/`` is on ``sys.path``).
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from h1raw import HTTP_TIMEOUT, RawConnection
 
-TESTS_DIR = Path(__file__).resolve().parent
+from support.h1raw import HTTP_TIMEOUT, RawConnection
+
+TESTS_DIR = Path(__file__).resolve().parent.parent
 APPS_DIR = TESTS_DIR / "apps"
 
 # The bounds below are what a server that works may take on CI's worst machine (two test runs

@@ -13,7 +13,8 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
-from serverutil import ServerProcess
+
+from support.serverutil import ServerProcess
 
 TIMEOUT = 5.0
 

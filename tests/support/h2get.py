@@ -11,7 +11,8 @@ from typing import Any
 import h2.config
 import h2.connection
 import h2.events
-from serverutil import ServerProcess
+
+from support.serverutil import ServerProcess
 
 
 def h2c_get(

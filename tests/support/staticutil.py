@@ -7,8 +7,8 @@ connection for a 400); what ``static_app`` saw (:func:`app_saw`); and the checks
 response's headers (:func:`assert_file_response`).
 
 Imported by ``tests/http/test_static_*.py`` and ``tests/hostile/test_static_*_hostile.py`` as
-``from staticutil import ...`` (``tests/`` is on ``sys.path``). Each test module makes its own
-module-scoped ``site`` and ``server`` fixtures from these.
+``from support.staticutil import ...`` (``tests/`` is on ``sys.path``). Each test module makes its
+own module-scoped ``site`` and ``server`` fixtures from these.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from email.utils import formatdate
 from pathlib import Path
 
-from h1raw import HTTP_TIMEOUT, IncompleteResponse, RawResponse, request_bytes
-from serverutil import ServerProcess
+from support.h1raw import HTTP_TIMEOUT, IncompleteResponse, RawResponse, request_bytes
+from support.serverutil import ServerProcess
 
 APP = "static_app:app"
 #: Every file and variant of the tree is given this mtime (2024-01-02 03:04:05 UTC), so that

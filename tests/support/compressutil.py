@@ -5,7 +5,8 @@ HTTP/1.1 exchange (:func:`fetch`), the ``/body`` target of ``compress_app``, the
 response sent as the app gave it (:func:`assert_plain`), and :func:`check_each` for the tables of
 cases.
 
-Imported by those modules as ``from compressutil import ...`` (``tests/`` is on ``sys.path``).
+Imported by those modules as ``from support.compressutil import ...`` (``tests/`` is on
+``sys.path``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from h1raw import RawResponse, request_bytes
-from serverutil import ServerProcess, import_app
+
+from support.h1raw import RawResponse, request_bytes
+from support.serverutil import ServerProcess, import_app
 
 APP = "compress_app:app"
 CODINGS = ["gzip", "br", "zstd"]

@@ -1,19 +1,19 @@
 """Helpers for the black-box WebSocket tests (``tests/ws/``; also the WebSocket attacks of
 ``tests/hostile/`` and the frameworks' WebSockets of ``tests/compat/``): two clients for a server
-from :mod:`serverutil`.
+from :mod:`support.serverutil`.
 
 - :func:`ws_connect` opens a client of the ``websockets`` library (asyncio client: handshake
   checks, fragmented sends, pings, close codes) for what a real client does; bounded handshake
   and close, no keepalive pings, no client proxy from the environment, messages up to 4 MiB.
 - :func:`raw_handshake` and :func:`upgraded` give a :class:`RawWebSocket` over a
-  :class:`~h1raw.RawConnection` (the opening handshake by hand, masked frames built byte by
+  :class:`~support.h1raw.RawConnection` (the opening handshake by hand, masked frames built byte by
   byte with :func:`build_frame`, server frames parsed into :class:`Frame`) for what a real client
   would never send: invalid UTF-8, unmasked frames, reserved bits, bad control frames.
 - :func:`run` bounds an asyncio scenario with ``asyncio.wait_for`` (:data:`TIMEOUT`), so a broken
   server fails a test instead of hanging; :func:`still_serving` checks that plain HTTP and a new
   websocket both still work.
 
-Imported by the test modules as ``from wsutil import ...`` (``tests/`` is on ``sys.path``).
+Imported by the test modules as ``from support.wsutil import ...`` (``tests/`` is on ``sys.path``).
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from h1raw import RawConnection, RawResponse, request_bytes
-from serverutil import ServerProcess
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from support.h1raw import RawConnection, RawResponse, request_bytes
+from support.serverutil import ServerProcess
 
 #: Default bound for one scenario run by :func:`run` (a 1 MiB message included).
 TIMEOUT = 10.0

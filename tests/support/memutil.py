@@ -2,7 +2,7 @@
 peak and once settled (:class:`RssGrowth` against a baseline), and its open file descriptors.
 For the tests that bound memory (``tests/hostile/``, idle connections, streaming).
 
-Imported by the test modules as ``from memutil import ...`` (``tests/`` is on ``sys.path``).
+Imported by the test modules as ``from support.memutil import ...`` (``tests/`` is on ``sys.path``).
 """
 
 from __future__ import annotations
