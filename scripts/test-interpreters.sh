@@ -350,8 +350,21 @@ for v in "${PYTHONS[@]}"; do
         CARGO_TARGET_DIR=$C_CACHE/target-py$v $venv/bin/maturin build --release \\
             --interpreter $venv/bin/python --out $wheels"
     fi
+    # The test dependencies come from a wheelhouse kept in the chroot for this interpreter and
+    # this pyproject.toml, installed with --no-index; pip downloads (and builds) them only when
+    # there is none yet, or it no longer satisfies the extras.
+    deps_key="$(sha256sum "$CHROOT$C_SRC/pyproject.toml" | cut -c1-16)"
+    wheelhouse="$C_CACHE/wheelhouse-py$v-$deps_key"
     install_test_deps="
-        $venv/bin/python -m pip install \"\$wheel[test]\"
+        for old in $C_CACHE/wheelhouse-py$v-*; do [[ \$old == $wheelhouse ]] || rm -rf \$old; done
+        if ! $venv/bin/python -m pip install --no-index --find-links $wheelhouse \"\$wheel[test]\"; then
+            echo 'test-interpreters: no wheelhouse for these test extras yet; pip downloads them'
+            rm -rf $wheelhouse $wheelhouse.tmp
+            $venv/bin/python -m pip wheel --wheel-dir $wheelhouse.tmp \"\$wheel[test]\"
+            rm -f $wheelhouse.tmp/ferrule-*.whl
+            mv $wheelhouse.tmp $wheelhouse
+            $venv/bin/python -m pip install --no-index --find-links $wheelhouse \"\$wheel[test]\"
+        fi
         $venv/bin/python -c 'import sys, ferrule, uvloop; print(sys.version); print(\"ferrule\", ferrule.__file__); print(\"uvloop\", uvloop.__version__)'"
     if ((NO_TESTS)); then
         install_test_deps=""
