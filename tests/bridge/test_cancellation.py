@@ -227,26 +227,31 @@ def test_cancelling_the_spawn_future_cancels_the_coroutine(run) -> None:
     the bridge holds nothing afterwards.
 
     Seen failing: before the spawn future's done callback forwarded cancellation, the coroutine
-    slept on for its full 5 s and ``in_flight`` stayed at 1 after the timeout.
+    slept on for its full 5 s and ``in_flight`` stayed at 1 after the timeout. The timeout
+    starts once the coroutine has: on a loaded machine its first drive came later than 50 ms,
+    and a coroutine closed before its first step sees no CancelledError.
     """
 
     async def main(bridge: ferrule.Bridge) -> list[str]:
         seen: list[str] = []
 
         async def sleeps_long() -> None:
+            seen.append("started")
             try:
                 await bridge.sleep(5)
             except asyncio.CancelledError:
                 seen.append("cancelled")
                 raise
 
+        spawned = bridge.spawn(sleeps_long())
+        deadline = time.monotonic() + 20
+        while not seen and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(bridge.spawn(sleeps_long()), 0.05)
-        for _ in range(100):
-            if not bridge.in_flight:
-                break
+            await asyncio.wait_for(spawned, 0.05)
+        while bridge.in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         assert bridge.in_flight == 0
         return seen
 
-    assert run(main).result == ["cancelled"]
+    assert run(main).result == ["started", "cancelled"]
