@@ -177,6 +177,13 @@ class HttpServer:
     @property
     def in_flight(self) -> int: ...
     @property
+    def stopping(self) -> bool:
+        """Whether the server has begun to stop: told to, or at ``--limit-max-requests``."""
+    def release_listeners(self) -> None:
+        """Say the caller has closed its own descriptors of the listening sockets: a server that
+        stopped itself accepts until then, since the kernel queues connections while one is
+        open."""
+    @property
     def max_requests_reached(self) -> bool:
         """Whether ``--limit-max-requests`` requests have been served (a supervisor's worker
         keeps serving then, until its successor does)."""

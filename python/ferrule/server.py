@@ -417,6 +417,9 @@ class Server:
         assert self._wake is not None and self._stopped is not None
         while not self.should_exit:
             await self._woken_or_stopped(timeout=0.1)
+            if self._http.stopping:
+                # The core stopped itself (--limit-max-requests): it accepts until these close.
+                self._release_listeners()
             if self._access is not None:
                 self._access.update()
             await self.on_tick()
@@ -469,8 +472,7 @@ class Server:
     async def _shut_down(self, sockets: list[socket.socket] | None) -> None:
         assert self._stopped is not None and self._bridge is not None and self._http is not None
         logger.info("Shutting down")
-        for server in self.servers:
-            server.close()
+        self._release_listeners()
         timeout = self.config.timeout_graceful_shutdown
         self._http.shutdown(0.0 if self.force_exit else timeout)
         # Idle connections close at once: the wait is announced only if a request or WebSocket
@@ -533,6 +535,14 @@ class Server:
             # Run between two bytecodes of the loop thread: set the event through the loop.
             with contextlib.suppress(RuntimeError):  # the loop is closed
                 self._loop.call_soon_threadsafe(self._wake.set)
+
+    def _release_listeners(self) -> None:
+        """Closes this side's listening sockets (the core serves duplicates of them), and says
+        so to the core: the kernel queues connections while any descriptor is open."""
+        for server in self.servers:
+            server.close()
+        if self._http is not None:
+            self._http.release_listeners()
 
     def _close(self) -> None:
         global _serving_bridge

@@ -308,3 +308,43 @@ def test_connections_in_the_backlog_are_served_at_a_stop() -> None:
         told = [answer for answer in answers if not answer.startswith(b"late")]
         assert len(answers) == 4 and told, answers
         assert told == [b"HTTP/1.1 200 OK"] * len(told), answers
+
+
+def test_a_client_connecting_during_a_self_stop_is_refused_or_answered() -> None:
+    """Rule: once a server has stopped itself (``--limit-max-requests 1``), a client connecting
+    while the request that reached the limit is still running is refused, or accepted and
+    answered, never accepted by the kernel and then reset, on either loop: clients 0.3 and 0.6 s
+    into a 1.5 s request. Broken (seen before the change): the Python
+    side kept its copies of the listening sockets open until every request was answered, so
+    the kernel queued both clients and the exit reset them, in every round; uvicorn refuses
+    them."""
+
+    def client(port: int) -> bytes:
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), WAIT_TIMEOUT)
+        except ConnectionRefusedError:
+            return b"refused"
+        with sock:
+            sock.settimeout(WAIT_TIMEOUT)
+            try:
+                sock.sendall(request_bytes("GET", "/"))
+                return sock.recv(100).split(b"\r\n")[0] or b"closed without an answer"
+            except OSError as exc:
+                return repr(exc).encode()
+
+    for loop in ("asyncio", "uvloop"):
+        with running_server(
+            "shutdown_app:app", "--limit-max-requests", "1", "--loop", loop
+        ) as server:
+            assert server.port is not None
+            slow = Background(server, "/slow?sleep=1.5")
+            started = time.monotonic()
+            answers = []
+            for at in (0.3, 0.6):
+                time.sleep(max(0.0, started + at - time.monotonic()))
+                answers.append(client(server.port))
+            response = slow.join()
+            assert isinstance(response, httpx.Response), response
+            assert response.status_code == 200
+            assert server.wait_exit() == 0, server.describe()
+        assert all(a in (b"refused", b"HTTP/1.1 200 OK") for a in answers), (loop, answers)

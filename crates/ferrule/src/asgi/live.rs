@@ -23,6 +23,11 @@ pub struct LiveState {
     stop: watch::Sender<Stop>,
     /// Whether shutdown has started, read by every request (`is_stopping`).
     stopping: AtomicBool,
+    /// Whether the server stopped itself (`--limit-max-requests`), not told to by its caller.
+    stopped_itself: AtomicBool,
+    /// Whether the caller's own descriptors of the listening sockets are closed: while one is
+    /// open the kernel still queues connections, which would be reset when it closes.
+    listeners_released: watch::Sender<bool>,
     /// WebSocket sessions whose app has not returned. Upgraded connections leave hyper's
     /// graceful shutdown, so shutdown waits for this to reach 0 as well.
     pub ws_sessions: watch::Sender<usize>,
@@ -40,6 +45,8 @@ impl LiveState {
             }),
             stop: watch::Sender::new(None),
             stopping: AtomicBool::new(false),
+            stopped_itself: AtomicBool::new(false),
+            listeners_released: watch::Sender::new(false),
             ws_sessions: watch::Sender::new(0),
         }
     }
@@ -61,6 +68,7 @@ impl LiveState {
                         if starting {
                             *stop = Some(limit.graceful);
                             self.stopping.store(true, Ordering::Release);
+                            self.stopped_itself.store(true, Ordering::Release);
                         }
                         starting
                     });
@@ -110,6 +118,21 @@ impl LiveState {
     /// Told when the server is asked to stop.
     pub fn stopping(&self) -> watch::Receiver<Stop> {
         self.stop.subscribe()
+    }
+
+    /// Whether the server stopped itself (`--limit-max-requests`) rather than being told to.
+    pub fn stopped_itself(&self) -> bool {
+        self.stopped_itself.load(Ordering::Acquire)
+    }
+
+    /// The caller has closed its own descriptors of the listening sockets.
+    pub fn release_listeners(&self) {
+        self.listeners_released.send_replace(true);
+    }
+
+    /// Told once the caller has closed its own descriptors of the listening sockets.
+    pub fn listeners_released(&self) -> watch::Receiver<bool> {
+        self.listeners_released.subscribe()
     }
 }
 

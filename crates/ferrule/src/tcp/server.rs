@@ -120,6 +120,19 @@ impl HttpServer {
         self.server.state.in_flight()
     }
 
+    /// Whether the server has begun to stop: told to, or at `--limit-max-requests`.
+    #[getter]
+    fn stopping(&self) -> bool {
+        self.server.state.is_stopping()
+    }
+
+    /// Says the caller has closed its own descriptors of the listening sockets. A server that
+    /// stops itself accepts until then: a connection the kernel queued on a socket still open
+    /// would otherwise be reset when the caller closed it.
+    fn release_listeners(&self) {
+        self.server.state.release_listeners();
+    }
+
     /// Gives the fast path of the access log its writer, whether lines are coloured, and
     /// `http.HTTPStatus`'s reason phrases as `(status, phrase)` pairs. The first call wins.
     fn set_access_writer(&self, writer: &AccessWriter, colours: bool, phrases: Vec<(u16, String)>) {
