@@ -326,11 +326,19 @@ def test_a_client_connecting_during_a_self_stop_is_refused_or_answered() -> None
             return b"refused"
         with sock:
             sock.settimeout(WAIT_TIMEOUT)
+            connected = time.monotonic()
             try:
                 sock.sendall(request_bytes("GET", "/"))
-                return sock.recv(100).split(b"\r\n")[0] or b"closed without an answer"
+                sent = time.monotonic() - connected
+                answer = sock.recv(100).split(b"\r\n")[0] or b"closed without an answer"
             except OSError as exc:
-                return repr(exc).encode()
+                sent = time.monotonic() - connected
+                answer = repr(exc).encode()
+            # A connection taken at the stop has 0.1 s to deliver its request (as in the test
+            # above): one the loaded machine let send only later tells nothing of the queue.
+            if not answer.startswith(b"HTTP/") and sent > 0.1:
+                return b"late"
+            return answer
 
     for loop in ("asyncio", "uvloop"):
         with running_server(
@@ -347,4 +355,4 @@ def test_a_client_connecting_during_a_self_stop_is_refused_or_answered() -> None
             assert isinstance(response, httpx.Response), response
             assert response.status_code == 200
             assert server.wait_exit() == 0, server.describe()
-        assert all(a in (b"refused", b"HTTP/1.1 200 OK") for a in answers), (loop, answers)
+        assert all(a in (b"refused", b"late", b"HTTP/1.1 200 OK") for a in answers), (loop, answers)
