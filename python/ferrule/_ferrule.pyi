@@ -180,9 +180,9 @@ class HttpServer:
     def stopping(self) -> bool:
         """Whether the server has begun to stop: told to, or at ``--limit-max-requests``."""
     def release_listeners(self) -> None:
-        """Say the caller has closed its own descriptors of the listening sockets: a server that
-        stopped itself accepts until then, since the kernel queues connections while one is
-        open."""
+        """Say the caller has closed its own descriptors of the listening sockets: a stopping
+        server accepts until then (at most 5 s), since the kernel queues connections while one
+        is open. Call it before ``shutdown``."""
     @property
     def max_requests_reached(self) -> bool:
         """Whether ``--limit-max-requests`` requests have been served (a supervisor's worker

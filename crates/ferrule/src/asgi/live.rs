@@ -23,8 +23,6 @@ pub struct LiveState {
     stop: watch::Sender<Stop>,
     /// Whether shutdown has started, read by every request (`is_stopping`).
     stopping: AtomicBool,
-    /// Whether the server stopped itself (`--limit-max-requests`), not told to by its caller.
-    stopped_itself: AtomicBool,
     /// Whether the caller's own descriptors of the listening sockets are closed: while one is
     /// open the kernel still queues connections, which would be reset when it closes.
     listeners_released: watch::Sender<bool>,
@@ -45,7 +43,6 @@ impl LiveState {
             }),
             stop: watch::Sender::new(None),
             stopping: AtomicBool::new(false),
-            stopped_itself: AtomicBool::new(false),
             listeners_released: watch::Sender::new(false),
             ws_sessions: watch::Sender::new(0),
         }
@@ -68,7 +65,6 @@ impl LiveState {
                         if starting {
                             *stop = Some(limit.graceful);
                             self.stopping.store(true, Ordering::Release);
-                            self.stopped_itself.store(true, Ordering::Release);
                         }
                         starting
                     });
@@ -118,11 +114,6 @@ impl LiveState {
     /// Told when the server is asked to stop.
     pub fn stopping(&self) -> watch::Receiver<Stop> {
         self.stop.subscribe()
-    }
-
-    /// Whether the server stopped itself (`--limit-max-requests`) rather than being told to.
-    pub fn stopped_itself(&self) -> bool {
-        self.stopped_itself.load(Ordering::Acquire)
     }
 
     /// The caller has closed its own descriptors of the listening sockets.

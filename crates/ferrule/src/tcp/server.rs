@@ -126,9 +126,9 @@ impl HttpServer {
         self.server.state.is_stopping()
     }
 
-    /// Says the caller has closed its own descriptors of the listening sockets. A server that
-    /// stops itself accepts until then: a connection the kernel queued on a socket still open
-    /// would otherwise be reset when the caller closed it.
+    /// Says the caller has closed its own descriptors of the listening sockets. A stopping
+    /// server accepts until then: a connection the kernel queued on a socket still open would
+    /// otherwise be reset when the caller closed it.
     fn release_listeners(&self) {
         self.server.state.release_listeners();
     }

@@ -118,19 +118,17 @@ pub(super) async fn accept_loop(
     }
     // Connections the kernel has already accepted into the listen backlog would be reset when
     // the listener closes: those, and any that come within a moment, are taken and their first
-    // request answered (`finish_when`), unless the stop is forced. A server that stopped itself
-    // takes them until its caller has closed its own descriptors of the sockets too (it learns
-    // of the stop only now), since the kernel queues connections while any is open.
+    // request answered (`finish_when`), unless the stop is forced. They are taken until the
+    // caller has closed its own descriptors of the sockets too, since the kernel queues
+    // connections while any is open: a caller that asks for the stop has closed them already,
+    // one told of a stop the server made itself (`--limit-max-requests`) closes them now.
     let forced = matches!(*stop.borrow(), Some(Some(timeout)) if timeout.is_zero());
     if !forced {
         let grace_over = tokio::time::Instant::now() + ACCEPT_GRACE;
         let mut released = server.state.listeners_released();
-        let awaits_release = server.state.stopped_itself();
         let closed = async move {
-            if awaits_release {
-                let wait = released.wait_for(|released| *released);
-                let _ = tokio::time::timeout(RELEASE_WAIT, wait).await;
-            }
+            let released = released.wait_for(|released| *released);
+            let _ = tokio::time::timeout(RELEASE_WAIT, released).await;
             tokio::time::sleep_until(grace_over).await;
         };
         tokio::pin!(closed);
@@ -204,8 +202,8 @@ impl Drop for OpenConnection {
 /// notice a stop, and time enough for the kernel's backlog to be taken.
 const ACCEPT_GRACE: Duration = Duration::from_millis(100);
 
-/// How long a server that stopped itself accepts at most while it waits for its caller to
-/// close its own descriptors of the sockets (the caller looks every 0.1 s).
+/// How long a stopping server accepts at most while it waits for its caller to close its own
+/// descriptors of the sockets (a caller told of the stop looks every 0.1 s).
 const RELEASE_WAIT: Duration = Duration::from_secs(5);
 
 /// A connection accepted, with its slot of the connection limit (`--max-connections`) and the
