@@ -4,7 +4,8 @@ Every change passes the gate (`.ci/run`). The stages below prove things only som
 break, so CI runs each one when its inputs differ from the last inputs it passed on:
 
     python3 scripts/ci_plan.py decide            one line a stage: run or skip, and why
-    python3 scripts/ci_plan.py decide --shell    the same as `CI_RUN_<STAGE>=0|1` lines for bash
+    python3 scripts/ci_plan.py decide --shell    also `CI_RUN_<STAGE>=0|1` lines for bash,
+                                                 the lines above going to stderr
     python3 scripts/ci_plan.py record STAGE      after STAGE passed: remember its inputs
 
 The record (`FERRULE_CI_RECORD`, default /var/cache/ferrule-ci/record) keeps, for each stage, the
@@ -96,8 +97,8 @@ def git(*args: str) -> str:
 
 
 def matches(path: str, patterns: tuple[str, ...]) -> bool:
-    # fnmatch's `*` crosses `/`, so `vendor/**` and `crates/*/Cargo.toml` read as they look,
-    # and `crates/*/Cargo.toml` cannot match deeper than that only by accident of naming.
+    # fnmatch's `*` crosses `/`: `vendor/**` is the whole tree, and `crates/*/Cargo.toml` any
+    # manifest under crates/ (the workspace has them one level down).
     return any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns)
 
 
@@ -206,14 +207,14 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
+    said = sys.stderr if args.shell else sys.stdout
     for stage in STAGES:
         run, why = decide(stage, record, forced)
+        print(f"{stage.name}: {'run' if run else 'skip'} ({why})", file=said)
+        print(f"    {stage.what}", file=said)
         if args.shell:
             print(f"CI_RUN_{stage.name.upper()}={int(run)}")
             print(f"CI_WHY_{stage.name.upper()}={quote(why)}")
-        else:
-            print(f"{stage.name}: {'run' if run else 'skip'} ({why})")
-            print(f"    {stage.what}")
     return 0
 
 
