@@ -36,7 +36,7 @@ lint: ## cargo fmt --check, clippy -D warnings, ruff, the module graphs
 	$(PYTHON) scripts/module_graph.py
 
 .PHONY: lint-targets
-lint-targets: ## clippy -D warnings for macOS arm64 and x86_64 (cross-checked with zig's C compiler)
+lint-targets: ## clippy -D warnings for aarch64 and musl Linux, macOS arm64 and x86_64 (zig's C compiler)
 	bash scripts/clippy-targets.sh
 
 .PHONY: format

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # `cargo clippy -D warnings` on the core for the systems this machine cannot run: macOS on arm64
 # and x86_64, so that what sits behind `cfg(not(target_os = "linux"))` is compiled and linted
-# too; and musl, whose libc bindings differ from glibc's (struct fields, deprecated aliases). Cross-checking compiles C (ring, mimalloc) for the target: zig's clang does it, from the
+# too; musl, whose libc bindings differ from glibc's (struct fields, deprecated aliases); and
+# aarch64 Linux, whose C types differ (c_char is unsigned there). Cross-checking compiles C
+# (ring, mimalloc) for the target: zig's clang does it, from the
 # `ziglang` package in the wheel tools' venv (made here if it is not there).
 #
 #   scripts/clippy-targets.sh [TRIPLE...]
-#       default: aarch64-apple-darwin x86_64-apple-darwin x86_64-unknown-linux-musl
+#       default: every target a wheel is built for but this machine's own: aarch64 Linux,
+#       musl Linux, macOS on arm64 and x86_64
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="${FERRULE_WHEEL_TOOLS:-$REPO/target/wheel-tools}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$REPO/target}/cross"
 TRIPLES=("$@")
-((${#TRIPLES[@]})) || TRIPLES=(aarch64-apple-darwin x86_64-apple-darwin x86_64-unknown-linux-musl)
+((${#TRIPLES[@]})) || TRIPLES=(aarch64-unknown-linux-gnu x86_64-unknown-linux-musl aarch64-apple-darwin x86_64-apple-darwin)
 
 if [[ ! -x $TOOLS/bin/python ]] || ! "$TOOLS/bin/python" -c 'import ziglang' 2>/dev/null; then
     [[ -x $TOOLS/bin/python ]] || python3 -m venv "$TOOLS"

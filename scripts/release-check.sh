@@ -42,8 +42,7 @@ task_suites() {
     python3 scripts/task_suites.py --loop asyncio && python3 scripts/task_suites.py --loop uvloop
 }
 lints() {
-    make lint && bash scripts/clippy-targets.sh aarch64-unknown-linux-gnu x86_64-unknown-linux-musl \
-        aarch64-apple-darwin x86_64-apple-darwin
+    make lint && make lint-targets
 }
 
 step "the README's test command" readme_tests
