@@ -166,7 +166,10 @@ class Pass:
         rounds = args.rounds if pinned else args.worker_rounds
         duration = args.duration if pinned else args.worker_duration
         for round_ in range(rounds):
-            for name, proc in self.live(chosen, test):
+            live = self.live(chosen, test)
+            # Each round starts with the next server, so none always runs first or last.
+            shift = round_ % len(live) if live else 0
+            for name, proc in live[shift:] + live[:shift]:
                 log(f"{self.app} {test.name} round {round_ + 1}/{rounds}: {name}")
                 try:
                     before = proc.cpu_seconds()
@@ -251,6 +254,7 @@ def main() -> None:
                 for app in apps:
                     one_app(app, twos, tests, tmp, failures, two, args, pinned=False)
     uptime_after = harness.uptime()
+    log(f"uptime: {uptime_after}")
     lines = header(args, started, load_before, build, uptime_before, uptime_after, pg_version)
     compared = [s.name for s in chosen if s.name in servers.COMPARED]
     for name, (app, title) in APPS.items():
@@ -289,6 +293,9 @@ def header(args, started, load_before, build, uptime_before, uptime_after, pg_ve
         " less the app alone's. Medians over the rounds.",
         f"- Two-worker pass: `--workers 2`, nothing pinned, `wrk -t2 -c{CONNECTIONS}`,"
         f" {args.worker_rounds} round(s) of {args.worker_duration} s after the same warm-up.",
+        "- The load average counts runnable processes: in a run it includes the database's"
+        f" backends ({CONNECTIONS} a server at most, all on CPU {CLIENT_CPU}), so it stays high"
+        " for minutes after one.",
         "- Errors: a cell's note counts wrk's socket errors and non-2xx responses over its runs;"
         " cells without a note had none.",
         "- Servers:",
