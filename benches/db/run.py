@@ -183,6 +183,8 @@ class Pass:
                     continue
                 cpu_us = cpu / result.requests * 1e6 if result.requests else float("nan")
                 sample = Sample(cpu_us, result.rps, result.errors, result.non_2xx)
+                note = tables.trouble_of(sample)
+                log(f"  {result.rps:,.0f} req/s, {cpu_us:,.1f} us a request{note}")
                 self.samples.setdefault((self.app, name, test.name), []).append(sample)
             if alone and (ALONE, test.name) not in self.bad:
                 log(f"{self.app} {test.name} round {round_ + 1}/{rounds}: the app alone")
@@ -191,6 +193,7 @@ class Pass:
                 except (*MEASURE_ERRORS, KeyError) as exc:
                     self.fail(ALONE, test.name, str(exc), None)
                     continue
+                log(f"  {sample.rps:,.0f} calls/s, {sample.cpu_us:,.1f} us a call")
                 self.samples.setdefault((self.app, ALONE, test.name), []).append(sample)
 
     def stop(self) -> None:

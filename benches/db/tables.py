@@ -34,8 +34,12 @@ def median(samples: Samples, key: tuple[str, str, str], field: str) -> float | N
 
 def trouble(samples: Samples, key: tuple[str, str, str]) -> str:
     """A note of wrk's socket errors and non-2xx responses, summed over the rounds, if any."""
-    errors = sum(s.errors for s in samples.get(key, []))
-    non_2xx = sum(s.non_2xx for s in samples.get(key, []))
+    return trouble_of(*samples.get(key, []))
+
+
+def trouble_of(*samples: Sample) -> str:
+    errors = sum(s.errors for s in samples)
+    non_2xx = sum(s.non_2xx for s in samples)
     if not errors and not non_2xx:
         return ""
     return f" ({errors} errors, {non_2xx} non-2xx)"
