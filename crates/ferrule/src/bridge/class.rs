@@ -19,6 +19,7 @@ use super::ffi;
 use super::gate::LoopGate;
 use super::job::{CancelJobWithFuture, Completion, Job, Resume};
 use super::native::{NativeFuture, ResumeVia};
+use super::outbox::Outbox;
 use super::queue::ReadyQueue;
 use super::ready;
 use super::selector::GatedSelector;
@@ -153,6 +154,7 @@ impl Bridge {
             queue: ReadyQueue::default(),
             gate: LoopGate::default(),
             waker,
+            outbox: Outbox::new(runtime.handle()),
             counters,
             trace: Trace::new(trace),
             jobs: Mutex::new(HashMap::default()),

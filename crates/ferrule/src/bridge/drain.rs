@@ -24,6 +24,7 @@ impl DrainOnLoop {
             // The tokio thread wakes the loop again after its drive if the queue is not empty.
             return Ok(());
         }
+        shared.outbox.begin_batch();
         shared.with_first_drives(py, Place::Loop, || {
             // Resumes of coroutines already running go before new requests.
             for (job, resume) in shared.queue.take_all() {
@@ -35,6 +36,7 @@ impl DrainOnLoop {
                 start(py);
             }
         });
+        shared.outbox.end_batch();
         shared.raise_loop_exit()
     }
 }

@@ -6,7 +6,8 @@
 //! In layers, each file using only those above it in this list:
 //! - `ffi`: the only `unsafe`; `counters`: what the bridge counts; `trace`: its latency
 //!   histograms; `context`: `RequestContext`, the contextvars each request runs in; `ready`:
-//!   finding uvloop's queue of ready callbacks, which Python cannot name;
+//!   finding uvloop's queue of ready callbacks, which Python cannot name; `outbox`: `Outbox`,
+//!   the loop thread's handoffs to tokio, sent once per pass of the loop;
 //! - `asyncio`: cached asyncio callables and the per-coroutine `DriverTask`;
 //! - `job`: one driven coroutine (context, task identity, what it waits on, its completion);
 //! - `queue`: `ReadyQueue` and the `tokio_driving` flag; `gate`: `LoopGate`, whether the loop
@@ -38,6 +39,7 @@ mod ffi;
 mod gate;
 mod job;
 mod native;
+mod outbox;
 mod queue;
 mod ready;
 mod resume;
@@ -56,6 +58,7 @@ pub use self::ffi::{local_utc_offset, open_beneath, take_fd, SharedWords};
 pub use self::job::{Completion, Job, Resume};
 pub use self::native::NativeFuture;
 pub use self::native::ResumeVia;
+pub use self::outbox::Handoff;
 pub use self::queue::LoopStart;
 pub use self::shared::{Mode, Shared};
 pub use self::waker::send_held_wakes_if_due;

@@ -16,6 +16,7 @@ use super::asyncio::{AsyncioApi, TaskSlot};
 use super::counters::{bump, Counters};
 use super::gate::LoopGate;
 use super::job::{Completion, Job, Resume};
+use super::outbox::{Handoff, Outbox};
 use super::queue::{LoopStart, ReadyQueue};
 use super::trace::Trace;
 use super::waker::LoopWaker;
@@ -62,6 +63,7 @@ pub struct Shared {
     pub(crate) queue: ReadyQueue,
     pub(crate) gate: LoopGate,
     pub(crate) waker: Arc<LoopWaker>,
+    pub(super) outbox: Arc<Outbox>,
     pub counters: Arc<Counters>,
     pub trace: Trace,
     pub(super) jobs: Mutex<HashMap<u64, Py<Job>, BuildHasherDefault<JobIdHasher>>>,
@@ -266,6 +268,17 @@ impl Shared {
     /// Wakes the loop thread: from a tokio worker, once it runs out of work (see `waker`).
     pub(super) fn wake(&self) {
         self.waker.wake_soon();
+    }
+
+    /// Runs `handoff` (which wakes a tokio task) on a tokio thread: from the loop thread, held
+    /// until the loop's next pass with the pass's others (see `outbox`); from any other
+    /// thread, now.
+    pub fn hand_to_tokio(&self, py: Python<'_>, handoff: Handoff) {
+        if self.on_loop_thread() {
+            self.outbox.hold(py, self.api.call_soon.bind(py), handoff);
+        } else {
+            handoff();
+        }
     }
 
     /// Queues a drive for the loop thread and wakes it.

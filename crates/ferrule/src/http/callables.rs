@@ -252,7 +252,8 @@ impl HttpSend {
         }
         if let Some(hints) = &exchange.hints {
             if matches!(state.phase, Phase::Waiting | Phase::HeadPending) {
-                // Under the lock: the head, sent under it too, cannot overtake the hint.
+                // Under the lock, while the phase allows it: the head goes only after the phase
+                // has moved on, so it cannot overtake the hint.
                 hints.send(links);
                 exchange.hinted.store(true, Ordering::Release);
             }
@@ -317,10 +318,10 @@ impl HttpSend {
         state.phase = Phase::Complete;
         // Complete already: hyper dropping this body early is nothing the app must hear of.
         let body = ResponseBody::stream(rx, exchange.clone(), None);
-        let unsent = exchange.send_head(&mut state, body);
+        let head = exchange.send_head(&mut state, body);
         let waiters = std::mem::take(&mut state.disconnect_waiters);
         drop(state);
-        drop(unsent);
+        head.send(py, &exchange.server.bridge);
         exchange.resolve_disconnect_waiters(py, waiters);
         if exchange.head_request {
             return Ok(self.done(py)); // the head alone: the channel closes with `tx`
@@ -412,10 +413,10 @@ impl HttpSend {
                     state.phase = Phase::Complete;
                     ResponseBody::full(body)
                 };
-                let unsent = exchange.send_head(&mut state, response_body);
+                let head = exchange.send_head(&mut state, response_body);
                 let waiters = if more_body { Vec::new() } else { std::mem::take(&mut state.disconnect_waiters) };
                 drop(state);
-                drop(unsent);
+                head.send(py, &exchange.server.bridge);
                 exchange.resolve_disconnect_waiters(py, waiters);
                 Ok(self.done(py))
             }

@@ -20,7 +20,7 @@ use crate::asgi::raw_head::RawHead;
 use crate::asgi::responses::{closing_response, plain_response};
 use crate::asgi::server::Server;
 use crate::asgi::settings::Settings;
-use crate::bridge::{NativeFuture, ResumeVia};
+use crate::bridge::{self, NativeFuture, ResumeVia};
 use crate::metrics::Protocol;
 
 use super::app_calls::AppCall;
@@ -120,6 +120,30 @@ impl ExchangeState {
             self.body_sent = body_length(&response);
             let _ = head_tx.send(response);
             self.status = status.as_u16();
+        }
+    }
+}
+
+/// A response head made under the state lock, sent once the lock is released
+/// (`Exchange::send_head`).
+pub(super) struct HeadOut {
+    tx: Option<oneshot::Sender<Response<ResponseBody>>>,
+    response: Response<ResponseBody>,
+}
+
+impl HeadOut {
+    /// Hands the head to hyper, through the bridge's outbox when on the loop thread (see
+    /// `bridge::Shared::hand_to_tokio`); if hyper no longer waits for it, the response is
+    /// dropped on the tokio thread.
+    pub(super) fn send(self, py: Python<'_>, bridge: &bridge::Shared) {
+        if let Some(tx) = self.tx {
+            let response = self.response;
+            bridge.hand_to_tokio(
+                py,
+                Box::new(move || {
+                    let _ = tx.send(response);
+                }),
+            );
         }
     }
 }
@@ -236,16 +260,14 @@ impl Exchange {
         }
     }
 
-    /// Sends the response head the app started, with `body` as its body. Returns the response
-    /// when hyper no longer waits for it (the client went away), for the caller to drop once
-    /// it has released the state lock: dropping a streamed body tells this exchange the client
-    /// is gone, which takes that lock, and the lock is not reentrant.
-    #[must_use = "drop the unsent response after releasing the state lock"]
-    pub(super) fn send_head(
-        &self,
-        state: &mut ExchangeState,
-        body: ResponseBody,
-    ) -> Option<Response<ResponseBody>> {
+    /// Makes the response head the app started, with `body` as its body, for the caller to
+    /// send (`HeadOut::send`) once it has released the state lock. Sending wakes the tokio
+    /// thread, whose first step is to take that lock: woken under it, the thread was seen
+    /// blocking on it (a futex wait and wake) for one request in ten on `/db`-like apps. And
+    /// a response hyper no longer waits for is dropped there too: dropping a streamed body
+    /// tells this exchange the client is gone, which takes the lock, and it is not reentrant.
+    #[must_use = "send the head after releasing the state lock"]
+    pub(super) fn send_head(&self, state: &mut ExchangeState, body: ResponseBody) -> HeadOut {
         let (status, headers) = state.head.take().expect("a pending head");
         let mut response = Response::new(body);
         *response.status_mut() = status;
@@ -264,9 +286,9 @@ impl Exchange {
                 .headers_mut()
                 .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
         }
-        match state.head_tx.take() {
-            Some(head_tx) => head_tx.send(response).err(),
-            None => Some(response),
+        HeadOut {
+            tx: state.head_tx.take(),
+            response,
         }
     }
 
