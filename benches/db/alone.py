@@ -11,7 +11,8 @@ app from `--concurrency` coroutines at once (as that many connections would), ea
 fake ``receive`` and a ``send`` that keeps nothing (benches/ceiling.py's pattern), for a warm-up
 and then `--seconds`. The app waits on the database, so what it costs is the process's CPU time
 over the window (user + system, time.process_time) divided by the calls, not wall time. Prints
-one JSON object: {path: {"calls_per_s": .., "cpu_us_per_call": .., "calls": ..}}.
+one JSON object: {path: {"calls_per_s": .., "cpu_us_per_call": .., "calls": .., "others": ..}},
+"others" being the share of the core that other processes took in the window (contention.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ sys.path.insert(0, str(BENCHES))  # harness, ceiling and the db package
 
 from ceiling import discard, make_receive  # noqa: E402
 from harness import SERVER_CPU  # noqa: E402
+
+from db.contention import Busy  # noqa: E402
 
 
 def make_scope(target: str) -> dict:
@@ -106,6 +109,7 @@ async def measure(app, target: str, seconds: float, warmup: float, concurrency: 
         deadline = time.perf_counter() + warmup
         await asyncio.gather(*(client() for _ in range(concurrency)))
     calls = 0
+    busy = Busy(min(os.sched_getaffinity(0)))  # the core the process is pinned to
     cpu_start, start = time.process_time(), time.perf_counter()
     deadline = start + seconds
     await asyncio.gather(*(client() for _ in range(concurrency)))
@@ -114,6 +118,7 @@ async def measure(app, target: str, seconds: float, warmup: float, concurrency: 
         "calls_per_s": calls / elapsed,
         "cpu_us_per_call": cpu / calls * 1e6 if calls else float("nan"),
         "calls": calls,
+        "others": busy.others(cpu),  # the share of the core other processes took meanwhile
     }
 
 

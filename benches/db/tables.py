@@ -9,6 +9,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from db.contention import LIMIT
+
 ALONE = "alone"  # the row key of the app alone's samples
 RUST_ONLY = "ferrule-rust"
 
@@ -21,6 +23,7 @@ class Sample:
     rps: float  # requests/s (the app alone: calls/s)
     errors: int = 0  # wrk's socket errors
     non_2xx: int = 0
+    others: float = 0.0  # the share of the server core other processes took meanwhile
 
 
 # (app, server or ALONE, test) -> the samples of the rounds
@@ -30,6 +33,12 @@ Samples = dict[tuple[str, str, str], list[Sample]]
 def median(samples: Samples, key: tuple[str, str, str], field: str) -> float | None:
     values = [getattr(s, field) for s in samples.get(key, [])]
     return statistics.median(values) if values else None
+
+
+def cell(samples: Samples, key: tuple[str, str, str], field: str, digits: int = 1) -> str:
+    """The median, marked * if a run behind it found the server core contended."""
+    contended = any(s.others > LIMIT for s in samples.get(key, []))
+    return num(median(samples, key, field), digits) + ("*" if contended else "")
 
 
 def trouble(samples: Samples, key: tuple[str, str, str]) -> str:
@@ -64,7 +73,8 @@ def cpu_table(
         alone = median(samples, (app, ALONE, test), "cpu_us")
         cpu = {s: median(samples, (app, s, test), "cpu_us") for s in servers}
         over = {s: None if cpu[s] is None or alone is None else cpu[s] - alone for s in servers}
-        row = [test, *(num(cpu[s]) for s in servers), num(alone)]
+        row = [test, *(cell(samples, (app, s, test), "cpu_us") for s in servers)]
+        row.append(cell(samples, (app, ALONE, test), "cpu_us"))
         row += [num(over[s]) for s in servers]
         if ratio:
             f, g = over["ferrule"], over["granian"]
@@ -74,7 +84,7 @@ def cpu_table(
         if rust is not None:
             cells = ["-"] * (len(header) - 1)
             if "ferrule" in servers:
-                cells[servers.index("ferrule")] = num(rust)
+                cells[servers.index("ferrule")] = cell(samples, (app, RUST_ONLY, test), "cpu_us")
             lines.append(table_row([f"{test}, ferrule's Rust-only route", *cells]))
     return lines
 
@@ -99,15 +109,14 @@ def rps_table(
     lines = table_head(["test", *servers, "the app alone (calls/s)"], first_left=True)
     for test in tests:
         cells = [
-            num(median(samples, (app, r, test), "rps"), 0) + trouble(samples, (app, r, test))
-            for r in rows
+            cell(samples, (app, r, test), "rps", 0) + trouble(samples, (app, r, test)) for r in rows
         ]
         lines.append(table_row([test, *cells]))
         if (app, RUST_ONLY, test) in samples:
             key = (app, RUST_ONLY, test)
             cells = ["-"] * len(rows)
             if "ferrule" in servers:
-                cells[servers.index("ferrule")] = num(median(samples, key, "rps"), 0) + trouble(
+                cells[servers.index("ferrule")] = cell(samples, key, "rps", 0) + trouble(
                     samples, key
                 )
             lines.append(table_row([f"{test}, ferrule's Rust-only route", *cells]))
