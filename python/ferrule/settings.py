@@ -243,6 +243,19 @@ SETTINGS: tuple[Setting, ...] = (
         form="switch",
         uvicorn=False,
     ),
+    Setting(
+        "gc_threshold",
+        "app",
+        2000,
+        "Before the app is imported, raise the collector's generation-0 threshold to this "
+        "where the interpreter's is lower (gc.set_threshold; 2000 is CPython 3.13's default, "
+        "700 before it), so requests that wait on a database do not set off a collection every "
+        "few dozen requests; 0 leaves the interpreter's.",
+        type=int,
+        metavar="N",
+        check=checks.at_least(0),
+        uvicorn=False,
+    ),
     # Workers and reload
     Setting(
         "workers",
