@@ -127,6 +127,10 @@ async def run(app_ref: str, targets: list[str], args) -> dict:
     app = getattr(importlib.import_module(module), attribute or "app")
     lifespan = Lifespan(app)
     await lifespan.startup()
+    if args.gc_threshold:
+        # As a server that raises the collector's young threshold would: the app alone must
+        # run with whatever collector settings the servers compared give the app.
+        gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])
     if args.gc_freeze:
         # What ferrule does by default once the app has started: without it, the collector
         # walks the framework's objects again and again, and the app alone costs more a call
@@ -158,6 +162,9 @@ def main() -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="gc.freeze() after the lifespan startup (default: on)",
+    )
+    p.add_argument(
+        "--gc-threshold", type=int, default=0, help="the young generation's (default: Python's)"
     )
     p.add_argument("--cpu", default=SERVER_CPU, help="the CPUs to pin to (default: 0)")
     args = p.parse_args()

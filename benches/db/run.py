@@ -99,10 +99,11 @@ def wrk(url: str, seconds: int, pinned: bool) -> WrkResult:
     return parse_wrk(done.stdout)
 
 
-def run_alone(app: str, test: checks.Test, seconds: int) -> Sample:
+def run_alone(app: str, test: checks.Test, seconds: int, gc_threshold: int) -> Sample:
     """One round of the app alone on `test`, in its own process pinned to the server core."""
     argv = [sys.executable, str(DB_DIR / "alone.py"), "--app", app, "--paths", test.path]
     argv += ["--seconds", str(seconds), "--warmup", str(min(1.0, seconds / 2))]
+    argv += ["--gc-threshold", str(gc_threshold)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
     if done.returncode != 0:
         raise RuntimeError(f"alone.py failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -223,7 +224,9 @@ class Pass:
             if pinned and (ALONE, test.name) not in self.bad:
                 log(f"{self.app} {test.name} round {round_ + 1}/{rounds}: the app alone")
                 try:
-                    sample = self.uncontended(partial(run_alone, self.app, test, duration))
+                    sample = self.uncontended(
+                        partial(run_alone, self.app, test, duration, args.alone_gc_threshold)
+                    )
                 except (*MEASURE_ERRORS, KeyError) as exc:
                     self.fail(ALONE, test.name, str(exc), None)
                     continue
@@ -265,6 +268,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--worker-duration", type=int, default=3, help="seconds, two-worker pass")
     p.add_argument(
         "--retries", type=int, default=2, help="extra tries of a run whose core was contended"
+    )
+    p.add_argument(
+        "--alone-gc-threshold",
+        type=int,
+        default=0,
+        help="the app alone's young-generation GC threshold: give it what ferrule sets, if any",
     )
     p.add_argument("--no-workers", action="store_true", help="skip the two-worker pass")
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="where the report goes")
@@ -323,6 +332,7 @@ def main() -> None:
 
 def header(args, started, load_before, build, uptime_before, uptime_after, pg_version) -> list[str]:
     command = shlex.join(["python3", "benches/db/run.py", *sys.argv[1:]])
+    threshold = args.alone_gc_threshold or "Python's default"
     packages = ", ".join(f"{p} {version(p)}" for p in ("asyncpg", "SQLAlchemy", "Jinja2", "orjson"))
     lines = [
         "# Servers against PostgreSQL: the six test types",
@@ -339,7 +349,9 @@ def header(args, started, load_before, build, uptime_before, uptime_after, pg_ve
         f" test, then {args.rounds} round(s) of {args.duration} s, the servers taking turns within"
         " each round; CPU a request = the server's CPU time (user + system, all its processes)"
         " over a run ÷ its requests; the app alone = the app called in-process by"
-        f" {CONNECTIONS} coroutines on uvloop, pinned to CPU {harness.SERVER_CPU}, its process's"
+        f" {CONNECTIONS} coroutines on uvloop, pinned to CPU {harness.SERVER_CPU}, with the"
+        " collector frozen after startup (as ferrule does) and its young threshold at"
+        f" {threshold}, its process's"
         " CPU time ÷ calls, measured in every round; a server's overhead = its CPU a request"
         " less the app alone's. Medians over the rounds.",
         f"- Two-worker pass: `--workers 2`, nothing pinned, `wrk -t2 -c{CONNECTIONS}`,"
