@@ -5,6 +5,7 @@ their public rules) against a real PostgreSQL.
     python3 benches/db/run.py --quick        # a smoke run, about 3 minutes: 1 round of 1 s
     python3 benches/db/run.py                # 5 rounds of 5 s: about half an hour
     python3 benches/db/run.py --apps raw --tests db,queries --servers ferrule,granian
+    python3 benches/db/run.py --access-log   # every server writing its access lines, as deployed
 
 It installs what is missing (the Python packages of benches/requirements.txt, wrk, PostgreSQL),
 starts a throwaway PostgreSQL (postgres.py) pinned to CPU 1, then for each app (raw_app.py:
@@ -277,6 +278,11 @@ def parse_args() -> argparse.Namespace:
         "what ferrule's --gc-threshold sets, so that the limit is no easier than ferrule",
     )
     p.add_argument("--no-workers", action="store_true", help="skip the two-worker pass")
+    p.add_argument(
+        "--access-log",
+        action="store_true",
+        help="every server writes its access lines (to its log file), as users run them",
+    )
     p.add_argument("--out", type=Path, default=RESULTS_DIR, help="where the report goes")
     args = p.parse_args()
     if args.quick:
@@ -288,6 +294,8 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     chosen = harness.pick(args.servers, servers.ONE_WORKER, "server")
+    if args.access_log:
+        chosen = [servers.with_access_log(server) for server in chosen]
     tests = harness.pick(args.tests, checks.TESTS_BY_NAME, "test")
     apps = [APPS[name][0] for name in harness.pick(args.apps, {a: a for a in APPS}, "app")]
     ensure_installed()
@@ -365,6 +373,8 @@ def header(args, started, load_before, build, uptime_before, uptime_after, pg_ve
         "- Servers:",
     ]
     for server in servers.ONE_WORKER.values():
+        if args.access_log:
+            server = servers.with_access_log(server)
         lines.append(f"  - {server.name}: `python3 {server.command}`")
     return lines
 

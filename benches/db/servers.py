@@ -39,6 +39,16 @@ ONE_WORKER = {s.name: s for s in (FERRULE, GRANIAN, UVICORN, RUST_ONLY)}
 COMPARED = ("ferrule", "granian", "uvicorn")  # the columns of the report, in order
 
 
+def with_access_log(server: Server) -> Server:
+    """The server writing an access line a request, as users run it: ferrule's default,
+    granian's --access-log, uvicorn's default; each at log level info, which the lines take."""
+    command = server.command.replace(" --no-access-log", "")
+    command = command.replace("--log-level warning", "--log-level info")
+    if server.name.startswith("granian"):
+        command += " --access-log"
+    return dataclasses.replace(server, command=command)
+
+
 def two_workers(server: Server) -> Server:
     """The server with two worker processes instead of one."""
     command = server.command.replace(" --workers 1", "")
