@@ -381,7 +381,7 @@ def _raise_gc_threshold(threshold: int) -> None:
     """Raises the collector's generation-0 threshold to ``threshold`` (0: leave it) where it is
     lower. Requests suspended on a database live across collections, and the interpreter's
     count of young objects climbs with each batch of requests the loop starts: at 700 (before
-    3.13) a collection came every 36 requests on a one-query app, 19,000 instructions a
+    3.13) a collection came every 36 requests on a one-query app, about 19,000 instructions a
     request; at 3.13's 2000, far fewer. Called before the app is imported, so an app imported
     by name that sets its own at import keeps it."""
     current = gc.get_threshold()
