@@ -24,19 +24,20 @@ impl DrainOnLoop {
             // The tokio thread wakes the loop again after its drive if the queue is not empty.
             return Ok(());
         }
-        shared.outbox.begin_batch();
-        shared.with_first_drives(py, Place::Loop, || {
-            // Resumes of coroutines already running go before new requests.
-            for (job, resume) in shared.queue.take_all() {
-                bump(&shared.counters.gil_acquisitions);
-                drive(py, shared, job.bind(py), resume, Place::Loop);
-            }
-            for start in shared.queue.take_starts() {
-                bump(&shared.counters.gil_acquisitions);
-                start(py);
-            }
-        });
-        shared.outbox.end_batch();
+        {
+            let _batch = shared.outbox.batch();
+            shared.with_first_drives(py, Place::Loop, || {
+                // Resumes of coroutines already running go before new requests.
+                for (job, resume) in shared.queue.take_all() {
+                    bump(&shared.counters.gil_acquisitions);
+                    drive(py, shared, job.bind(py), resume, Place::Loop);
+                }
+                for start in shared.queue.take_starts() {
+                    bump(&shared.counters.gil_acquisitions);
+                    start(py);
+                }
+            });
+        }
         shared.raise_loop_exit()
     }
 }

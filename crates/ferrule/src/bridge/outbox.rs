@@ -21,7 +21,7 @@ pub type Handoff = Box<dyn FnOnce() + Send>;
 pub struct Outbox {
     held: Mutex<Vec<Handoff>>,
     tx: mpsc::UnboundedSender<Vec<Handoff>>,
-    /// Inside a batch that flushes when it ends (`begin_batch`): no flush to schedule.
+    /// Inside a batch that flushes when it ends (`batch`): no flush to schedule.
     in_batch: AtomicBool,
 }
 
@@ -66,14 +66,11 @@ impl Outbox {
         }
     }
 
-    /// Until `end_batch`, what is held waits for it rather than for a flush of its own.
-    pub fn begin_batch(&self) {
+    /// Until the returned guard is dropped, what is held waits for its end rather than for a
+    /// flush of its own; dropped, even by a panic unwinding, it flushes.
+    pub fn batch(&self) -> Batch<'_> {
         self.in_batch.store(true, Ordering::Relaxed);
-    }
-
-    pub fn end_batch(&self) {
-        self.in_batch.store(false, Ordering::Relaxed);
-        self.flush();
+        Batch(self)
     }
 
     /// Sends what is held to the tokio task in one message: one wake for the batch.
@@ -88,6 +85,16 @@ impl Outbox {
                 handoff();
             }
         }
+    }
+}
+
+/// A pass that flushes its outbox when it ends (`Outbox::batch`).
+pub struct Batch<'a>(&'a Outbox);
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        self.0.in_batch.store(false, Ordering::Relaxed);
+        self.0.flush();
     }
 }
 
