@@ -6,19 +6,20 @@ their public rules) against a real PostgreSQL.
     python3 benches/db/run.py                # 5 rounds of 5 s: about half an hour
     python3 benches/db/run.py --apps raw --tests db,queries --servers ferrule,granian
     python3 benches/db/run.py --access-log   # every server writing its access lines, as deployed
+    python3 benches/db/run.py --loop asyncio # asyncio's own loop everywhere instead of uvloop
 
 It installs what is missing (the Python packages of benches/requirements.txt, wrk, PostgreSQL),
-starts a throwaway PostgreSQL (postgres.py) pinned to CPU 1, then for each app (raw_app.py:
-plain ASGI on asyncpg; fastapi_app.py: FastAPI on SQLAlchemy's asyncio engine) starts every
-server on uvloop with one worker, pinned to CPU 0 (servers.py), and checks each one's answer to
-every test (checks.py), failing loudly with the server's log. For each test, each server is
-warmed up, then measured in `--rounds` rounds of `--duration` seconds, the servers taking turns
-within each round, with `wrk -t1 -c64` pinned to CPU 1 (/queries and /updates with
-?queries=20); the server's CPU time (user + system, all its processes) over the run divided by
-the requests is its CPU a request. In each round the app alone (alone.py, pinned to CPU 0 too)
-is measured on the same test: a server's overhead is its CPU a request less the app alone's.
-The table gives medians over the rounds. Then a shorter second pass: requests/s with two
-workers, nothing pinned, `wrk -t2 -c64`. The report lands in benches/results/db-<time>.md.
+starts a throwaway PostgreSQL (postgres.py) pinned to CPU 1, then for each app (raw_app.py: plain
+ASGI on asyncpg; fastapi_app.py: FastAPI on SQLAlchemy's asyncio engine) starts every server on
+uvloop (or `--loop asyncio`) with one worker, pinned to CPU 0 (servers.py), and checks each one's
+answer to every test (checks.py), failing loudly with the server's log. For each test, each server
+is warmed up, then measured in `--rounds` rounds of `--duration` seconds, the servers taking turns
+within each round, with `wrk -t1 -c64` pinned to CPU 1 (/queries and /updates with ?queries=20); the
+server's CPU time (user + system, all its processes) over the run divided by the requests is its CPU
+a request. In each round the app alone (alone.py, pinned to CPU 0 too) is measured on the same test:
+a server's overhead is its CPU a request less the app alone's. The table gives medians over the
+rounds. Then a shorter second pass: requests/s with two workers, nothing pinned, `wrk -t2 -c64`. The
+report lands in benches/results/db-<time>.md.
 """
 
 from __future__ import annotations
@@ -100,9 +101,10 @@ def wrk(url: str, seconds: int, pinned: bool) -> WrkResult:
     return parse_wrk(done.stdout)
 
 
-def run_alone(app: str, test: checks.Test, seconds: int, gc_threshold: int) -> Sample:
+def run_alone(app: str, test: checks.Test, seconds: int, gc_threshold: int, loop: str) -> Sample:
     """One round of the app alone on `test`, in its own process pinned to the server core."""
     argv = [sys.executable, str(DB_DIR / "alone.py"), "--app", app, "--paths", test.path]
+    argv += ["--loop", loop]
     argv += ["--seconds", str(seconds), "--warmup", str(min(1.0, seconds / 2))]
     argv += ["--gc-threshold", str(gc_threshold)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
@@ -226,7 +228,9 @@ class Pass:
                 log(f"{self.app} {test.name} round {round_ + 1}/{rounds}: the app alone")
                 try:
                     sample = self.uncontended(
-                        partial(run_alone, self.app, test, duration, args.alone_gc_threshold)
+                        partial(
+                            run_alone, self.app, test, duration, args.alone_gc_threshold, args.loop
+                        )
                     )
                 except (*MEASURE_ERRORS, KeyError) as exc:
                     self.fail(ALONE, test.name, str(exc), None)
@@ -279,6 +283,12 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--no-workers", action="store_true", help="skip the two-worker pass")
     p.add_argument(
+        "--loop",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="every server's event loop, and the app alone's (default uvloop)",
+    )
+    p.add_argument(
         "--access-log",
         action="store_true",
         help="every server writes its access lines (to its log file), as users run them",
@@ -294,6 +304,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     chosen = harness.pick(args.servers, servers.ONE_WORKER, "server")
+    chosen = [servers.on_loop(server, args.loop) for server in chosen]
     if args.access_log:
         chosen = [servers.with_access_log(server) for server in chosen]
     tests = harness.pick(args.tests, checks.TESTS_BY_NAME, "test")
@@ -352,13 +363,13 @@ def header(args, started, load_before, build, uptime_before, uptime_after, pg_ve
         *machine_lines(load_before, build),
         f"- Database side: PostgreSQL {pg_version} (fsync, synchronous_commit and"
         f" full_page_writes off), {packages}",
-        f"- Method: each server on uvloop with one worker pinned to CPU {harness.SERVER_CPU};"
+        f"- Method: each server on {args.loop} with one worker pinned to CPU {harness.SERVER_CPU};"
         f" `wrk -t1 -c{CONNECTIONS}` and PostgreSQL pinned to CPU {CLIENT_CPU}; /queries and"
         f" /updates with ?queries={checks.QUERIES}; {args.warmup} s of warm-up per server and"
         f" test, then {args.rounds} round(s) of {args.duration} s, the servers taking turns within"
         " each round; CPU a request = the server's CPU time (user + system, all its processes)"
         " over a run ÷ its requests; the app alone = the app called in-process by"
-        f" {CONNECTIONS} coroutines on uvloop, pinned to CPU {harness.SERVER_CPU}, with the"
+        f" {CONNECTIONS} coroutines on {args.loop}, pinned to CPU {harness.SERVER_CPU}, with the"
         " collector frozen after startup (as ferrule does) and its young threshold at"
         f" {threshold}, its process's"
         " CPU time ÷ calls, measured in every round; a server's overhead = its CPU a request"
@@ -373,6 +384,7 @@ def header(args, started, load_before, build, uptime_before, uptime_after, pg_ve
         "- Servers:",
     ]
     for server in servers.ONE_WORKER.values():
+        server = servers.on_loop(server, args.loop)
         if args.access_log:
             server = servers.with_access_log(server)
         lines.append(f"  - {server.name}: `python3 {server.command}`")

@@ -39,6 +39,13 @@ ONE_WORKER = {s.name: s for s in (FERRULE, GRANIAN, UVICORN, RUST_ONLY)}
 COMPARED = ("ferrule", "granian", "uvicorn")  # the columns of the report, in order
 
 
+def on_loop(server: Server, loop: str) -> Server:
+    """The server on `loop` (uvloop or asyncio) instead of uvloop."""
+    return dataclasses.replace(
+        server, command=server.command.replace("--loop uvloop", f"--loop {loop}")
+    )
+
+
 def with_access_log(server: Server) -> Server:
     """The server writing an access line a request, as users run it: ferrule's default,
     granian's --access-log, uvicorn's default; each at log level info, which the lines take."""
